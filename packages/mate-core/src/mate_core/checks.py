@@ -1,0 +1,297 @@
+"""Reusable argument checks.
+
+Every check reads only tensor metadata (shape, stride, dtype, device, storage
+pointer); none reads device memory or synchronizes. Each failure names the
+argument, what was given and what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from .errors import LayoutError, MateTypeError, MateValueError
+
+__all__ = [
+    "BACKENDS",
+    "DATA_DTYPES",
+    "FP8_DTYPES",
+    "describe",
+    "check_backend",
+    "require_tensor",
+    "optional_tensor",
+    "require_dtype",
+    "require_rank",
+    "require_size",
+    "require_same_device",
+    "require_metadata",
+    "require_int",
+    "require_bool",
+    "resolve_scale",
+    "check_vector_layout",
+    "row_view",
+    "check_out_buffer",
+    "check_no_overlap",
+    "is_tracing",
+    "VECTOR_LOAD_MESSAGE",
+]
+
+BACKENDS = ("tilelang", "reference")
+DATA_DTYPES = (torch.bfloat16, torch.float16)
+FP8_DTYPES = tuple(
+    getattr(torch, n)
+    for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if hasattr(torch, n)
+)
+INT_METADATA = (torch.int32, torch.int64)
+VECTOR_LOAD_MESSAGE = (
+    "vector loads require unit feature stride and 16-byte alignment; "
+    "pass a contiguous copy or adjust the slice offsets instead"
+)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def describe(x: object) -> str:
+    """Short description of a value for error messages (no device read)."""
+    if isinstance(x, torch.Tensor):
+        return (
+            f"tensor(shape={list(x.shape)}, dtype={_dtype_name(x.dtype)}, "
+            f"device={x.device}, stride={list(x.stride())})"
+        )
+    if isinstance(x, torch.dtype):
+        return _dtype_name(x)
+    return f"{type(x).__name__} {x!r}"
+
+
+def is_tracing() -> bool:
+    """True under torch.compile / FX tracing, where data pointers are unavailable."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return True
+    return False
+
+
+def _has_storage(t: torch.Tensor) -> bool:
+    if is_tracing() or t.device.type == "meta":
+        return False
+    try:
+        t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # fake/functional tensors
+        return False
+    return not isinstance(t, torch._subclasses.FakeTensor)  # type: ignore[attr-defined]
+
+
+def check_backend(backend: object) -> str:
+    if not isinstance(backend, str):
+        raise MateTypeError(f"backend: got {describe(backend)}; expected one of {BACKENDS!r}")
+    if backend == "auto":
+        raise MateValueError(
+            "backend: got 'auto'; automatic backend selection is not supported. "
+            "Pass backend='tilelang' (native kernels, the default) or backend='reference' "
+            "(the FP32 PyTorch oracle) explicitly"
+        )
+    if backend not in BACKENDS:
+        raise MateValueError(f"backend: got {backend!r}; expected one of {BACKENDS!r}")
+    return backend
+
+
+def require_tensor(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise MateTypeError(f"{name}: got {describe(x)}; expected a torch.Tensor")
+    return x
+
+
+def optional_tensor(name: str, x: object) -> torch.Tensor | None:
+    return None if x is None else require_tensor(name, x)
+
+
+def require_dtype(name: str, t: torch.Tensor, allowed: Sequence[torch.dtype], what: str = "") -> None:
+    if t.dtype not in allowed:
+        names = ", ".join(_dtype_name(d) for d in allowed)
+        extra = f" {what}" if what else ""
+        raise MateTypeError(f"{name}: got dtype {_dtype_name(t.dtype)}; expected one of [{names}]{extra}")
+
+
+def require_rank(name: str, t: torch.Tensor, ranks: Iterable[int], layout: str) -> int:
+    ranks = tuple(ranks)
+    if t.dim() not in ranks:
+        raise MateValueError(
+            f"{name}: got shape {list(t.shape)} (rank {t.dim()}); expected rank "
+            f"{' or '.join(map(str, ranks))}: {layout}"
+        )
+    return t.dim()
+
+
+def require_size(name: str, t: torch.Tensor, axis: int, expected: int, what: str) -> None:
+    if t.shape[axis] != expected:
+        raise MateValueError(
+            f"{name}: got shape {list(t.shape)}; expected size {expected} on axis {axis} ({what})"
+        )
+
+
+def require_same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise MateValueError(
+            f"{name}: got a tensor on {t.device}; expected the device of {ref_name} ({ref.device})"
+        )
+
+
+def require_metadata(
+    name: str,
+    t: object,
+    backend: str,
+    ref_name: str,
+    ref: torch.Tensor,
+    shape: Sequence[int] | None = None,
+    what: str = "",
+) -> torch.Tensor:
+    """Integer metadata tensor: int32 for the native backend, int32/int64 for the reference.
+
+    No dtype conversion happens here or later in the native path (the spec forbids it).
+    """
+    t = require_tensor(name, t)
+    if backend == "tilelang":
+        require_dtype(name, t, (torch.int32,), "(backend='tilelang' consumes int32 metadata without conversion)")
+    else:
+        require_dtype(name, t, INT_METADATA)
+    require_same_device(name, t, ref_name, ref)
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        extra = f" ({what})" if what else ""
+        raise MateValueError(f"{name}: got shape {list(t.shape)}; expected {list(shape)}{extra}")
+    return t
+
+
+def require_int(name: str, x: object, *, minimum: int | None = None, optional: bool = False) -> int | None:
+    if x is None and optional:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise MateTypeError(f"{name}: got {describe(x)}; expected an int")
+    if minimum is not None and x < minimum:
+        raise MateValueError(f"{name}: got {x}; expected an int >= {minimum}")
+    return x
+
+
+def require_bool(name: str, x: object) -> bool:
+    if not isinstance(x, bool):
+        raise MateTypeError(f"{name}: got {describe(x)}; expected a bool")
+    return x
+
+
+def _positive_float(name: str, x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise MateTypeError(f"{name}: got {describe(x)}; expected a positive float")
+    value = float(x)
+    if not math.isfinite(value) or value <= 0.0:
+        raise MateValueError(f"{name}: got {x!r}; expected a finite positive float")
+    return value
+
+
+def resolve_scale(
+    scale: object,
+    other: object,
+    *,
+    default: float,
+    other_name: str,
+    other_is_denominator: bool,
+) -> float:
+    """Resolve ``scale`` and its exclusive alternative into one multiplier.
+
+    ``other`` is ``score_scale`` (a denominator) or ``softmax_scale`` (an alias).
+    """
+    if scale is not None and other is not None:
+        raise MateValueError(
+            f"scale and {other_name}: got both ({scale!r} and {other!r}); they are mutually "
+            f"exclusive, pass only one"
+        )
+    if scale is not None:
+        return _positive_float("scale", scale)
+    if other is not None:
+        value = _positive_float(other_name, other)
+        return 1.0 / value if other_is_denominator else value
+    return default
+
+
+def check_vector_layout(name: str, t: torch.Tensor) -> None:
+    """The spec's vector-load rule for MQA score/prefill Q and K."""
+    elem = t.element_size()
+    problems = []
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        problems.append(f"feature stride {t.stride(-1)} (expected 1)")
+    if _has_storage(t) and t.data_ptr() % 16 != 0:
+        problems.append(f"data_ptr() % 16 == {t.data_ptr() % 16}")
+    for axis in range(t.dim() - 1):
+        if t.shape[axis] > 1:
+            s = t.stride(axis)
+            if s <= 0 or (s * elem) % 16 != 0:
+                problems.append(f"axis {axis} stride {s} ({s * elem} bytes; expected a positive multiple of 16)")
+    if problems:
+        raise LayoutError(f"{name}: {VECTOR_LOAD_MESSAGE} (got {describe(t)}: {'; '.join(problems)})")
+
+
+def row_view(name: str, t: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    """Collapse the leading ``batch_dims`` axes into one row axis without copying."""
+    if batch_dims == 1:
+        return t
+    try:
+        return t.view(-1, *t.shape[batch_dims:]) if t.numel() else t.reshape(-1, *t.shape[batch_dims:])
+    except RuntimeError:
+        raise MateValueError(
+            f"{name}: got {describe(t)}; its batch/query axes must form a zero-copy row view "
+            "(stride(0) == shape(1) * stride(1)); pass a framework-prepared flattened tensor instead"
+        ) from None
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.data_ptr()
+    extent = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 0)
+    return start, start + (extent + 1) * t.element_size()
+
+
+def check_out_buffer(
+    name: str,
+    buf: object,
+    *,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """Output buffer: exact shape, dtype, device; positive strides; no internal overlap."""
+    buf = require_tensor(name, buf)
+    if buf.dtype != dtype:
+        raise MateTypeError(f"{name}: got dtype {_dtype_name(buf.dtype)}; expected {_dtype_name(dtype)}")
+    if buf.device != device:
+        raise MateValueError(f"{name}: got a tensor on {buf.device}; expected {device}")
+    if tuple(buf.shape) != tuple(shape):
+        raise MateValueError(f"{name}: got shape {list(buf.shape)}; expected {list(shape)}")
+    for axis, (n, s) in enumerate(zip(buf.shape, buf.stride())):
+        if n > 1 and s <= 0:
+            raise MateValueError(
+                f"{name}: got stride {list(buf.stride())}; expected positive strides on every axis "
+                f"with more than one element (axis {axis} has stride {s})"
+            )
+    if buf.numel() > 1 and _has_storage(buf) and torch._debug_has_internal_overlap(buf) != 0:  # type: ignore[attr-defined]
+        raise MateValueError(f"{name}: got {describe(buf)}, whose elements overlap in memory; expected a writable non-overlapping view")
+    if buf.requires_grad and buf.is_leaf:
+        raise MateValueError(f"{name}: got a leaf tensor that requires grad; expected a plain writable buffer")
+    return buf
+
+
+def check_no_overlap(name: str, buf: torch.Tensor, inputs: dict[str, torch.Tensor | None]) -> None:
+    """Reject an output buffer whose memory overlaps any input (host pointers only)."""
+    if not _has_storage(buf) or buf.numel() == 0:
+        return
+    lo, hi = _byte_span(buf)
+    for other_name, t in inputs.items():
+        if t is None or t.numel() == 0 or t.device != buf.device or not _has_storage(t):
+            continue
+        olo, ohi = _byte_span(t)
+        if lo < ohi and olo < hi:
+            raise MateValueError(
+                f"{name}: its memory overlaps {other_name}; native paths bind {name} directly and "
+                f"reject input/output overlap. Pass a separate buffer"
+            )
