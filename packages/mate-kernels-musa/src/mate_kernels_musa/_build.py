@@ -1,0 +1,31 @@
+"""Compile-and-cache of kernel specializations.
+
+A kernel module defines a factory whose arguments are the compile-time
+constants (head geometry, dtype, tile sizes) and which returns a TileLang
+``prim_func`` with dynamic runtime sizes. :func:`build` compiles one
+specialization for one target profile and caches it for the process;
+TileLang's on-disk cache (``TILELANG_CACHE_DIR``) persists it across processes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from .target import profile_named
+
+
+@functools.lru_cache(maxsize=None)
+def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
+    """Compile ``factory(*consts)`` for the named target profile (cached)."""
+    import tilelang
+
+    prof = profile_named(profile)
+    func = factory(*consts)
+    return tilelang.compile(
+        func,
+        target=prof.tvm_target(),
+        pass_configs=dict(prof.pass_configs) or None,
+        execution_backend="auto",
+    )
