@@ -1,9 +1,70 @@
 """mate_kernels_musa: native TileLang kernels for NVIDIA Hopper (sm_90a) and MUSA MP31.
 
 Importing this package does not import TileLang; kernels are compiled lazily
-on first use, per specialization, after the architecture gate has passed.
+on first use, per specialization, after mate_core's architecture gate has
+passed. The four backend functions take a validated plan from ``mate_core`` and
+write its output buffers; they never validate again.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+from typing import Any
+
+from mate_core.errors import BackendUnavailableError
+
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "indexer_score", "mqa_prefill", "mqa_decode", "sparse_attention", "tilelang_version"]
+
+
+def tilelang_version() -> str | None:
+    """Installed TileLang version, or None (without importing TileLang)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("tilelang", "tilelang-musa"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def _launcher(module: str, name: str) -> Any:
+    if importlib.util.find_spec("tilelang") is None:
+        raise BackendUnavailableError(
+            "backend='tilelang' needs TileLang, which is not installed: pip install "
+            "'tilelang==0.1.15' (CUDA sm_90a) or TileLang-MUSA 0.1.12+musa.4 (MP31), "
+            "or pass backend='reference'"
+        )
+    try:
+        mod = importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{module}":
+            raise
+        raise BackendUnavailableError(
+            f"the native kernel for {name} is not available in mate-kernels-musa {__version__}; "
+            "pass backend='reference'"
+        ) from None
+    return getattr(mod, name)
+
+
+def indexer_score(plan: Any) -> None:
+    """Native ``qsa_indexer_mqa_score`` on a validated :class:`mate_core.IndexerScorePlan`."""
+    _launcher("mqa_launch", "indexer_score")(plan)
+
+
+def mqa_prefill(plan: Any) -> None:
+    """Native ``qsa_mqa_prefill`` on a validated :class:`mate_core.MQAPrefillPlan`."""
+    _launcher("mqa_launch", "mqa_prefill")(plan)
+
+
+def mqa_decode(plan: Any) -> None:
+    """Native ``qsa_mqa_decode`` on a validated :class:`mate_core.MQADecodePlan`."""
+    _launcher("mqa_launch", "mqa_decode")(plan)
+
+
+def sparse_attention(plan: Any) -> None:
+    """Native ``qsa_sparse_attention`` on a validated :class:`mate_core.SparseAttentionPlan`."""
+    _launcher("sparse_launch", "sparse_attention")(plan)
