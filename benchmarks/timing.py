@@ -1,0 +1,170 @@
+"""Timing and hardware-ceiling helpers shared by every benchmark.
+
+Microsecond-scale calls are timed by CUDA-graph replay (eager launch gaps alone
+can add tens of microseconds), each replay bracketed by CUDA events, with the L2
+flushed (or the inputs rotated) before every replay outside the timed window.
+Ceilings (copy bandwidth, bf16 GEMM rate) are measured in the same process as
+the kernels they judge.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["time_cuda_graph", "time_eager", "measure_ceilings", "env_info", "L2Flusher"]
+
+
+class L2Flusher:
+    """Evicts the L2 by writing a buffer several times its size (H200 L2: 60 MB)."""
+
+    def __init__(self, nbytes: int = 256 << 20, device: str | torch.device = "cuda") -> None:
+        self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buf.fill_(0x5A5A5A5A)
+
+
+def _summarize(samples_ms: Sequence[float]) -> dict[str, float]:
+    us = sorted(1e3 * s for s in samples_ms)
+    q = statistics.quantiles(us, n=10) if len(us) >= 10 else [us[0]] * 9
+    return {
+        "median_us": statistics.median(us),
+        "p10_us": q[0],
+        "p90_us": q[-1],
+        "min_us": us[0],
+        "reps": len(us),
+    }
+
+
+def time_cuda_graph(
+    fns: Callable[[], Any] | Sequence[Callable[[], Any]],
+    *,
+    reps: int = 100,
+    warmup: int = 3,
+    flush_l2: bool = True,
+) -> dict[str, float]:
+    """Median time of one call, by CUDA-graph replay.
+
+    Parameters
+    ----------
+    fns
+        A callable, or several callables over rotated input sets (replayed
+        round-robin so consecutive replays touch different memory). Each is
+        warmed up eagerly, then captured into its own graph.
+    reps
+        Number of timed replays.
+    flush_l2
+        Write a 256 MB buffer before each replay (outside the timed window).
+
+    Returns
+    -------
+    dict with median_us, p10_us, p90_us, min_us, reps.
+    """
+    if callable(fns):
+        fns = [fns]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graphs = []
+    with torch.cuda.stream(stream):
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    for fn in fns:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        graphs.append(g)
+    flusher = L2Flusher() if flush_l2 else None
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for g in graphs:  # one untimed replay each
+        g.replay()
+    for i in range(reps):
+        if flusher is not None:
+            flusher()
+        starts[i].record()
+        graphs[i % len(graphs)].replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return _summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_l2: bool = True) -> dict[str, float]:
+    """Median time of one eager call (for paths that cannot be graph-captured)."""
+    for _ in range(warmup):
+        fn()
+    flusher = L2Flusher() if flush_l2 else None
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        if flusher is not None:
+            flusher()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return _summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+def measure_ceilings(device: str | torch.device = "cuda") -> dict[str, float]:
+    """Copy bandwidth (bytes read + written per second) and bf16 GEMM rates, measured now."""
+    n = 1 << 30  # 1 GiB source: far beyond L2
+    src = torch.empty(n, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    copy = time_cuda_graph(lambda: dst.copy_(src), reps=20, flush_l2=False)
+    out: dict[str, float] = {"copy_TBps": 2 * n / (copy["median_us"] * 1e-6) / 1e12}
+    for size in (4096, 8192):
+        a = torch.randn(size, size, dtype=torch.bfloat16, device=device)
+        b = torch.randn(size, size, dtype=torch.bfloat16, device=device)
+        t = time_cuda_graph(lambda a=a, b=b: a @ b, reps=10, flush_l2=False)
+        out[f"gemm{size}_TFLOPs"] = 2 * size**3 / (t["median_us"] * 1e-6) / 1e12
+    return out
+
+
+def env_info() -> dict[str, Any]:
+    """GPU, driver and software versions for benchmark JSON."""
+    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        from importlib.metadata import version
+
+        info["tilelang"] = version("tilelang")
+    except Exception:
+        info["tilelang"] = None
+    try:
+        import tilelang
+
+        info["tilelang"] = getattr(tilelang, "__version__", info["tilelang"])
+    except Exception:
+        pass
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(
+            gpu=props.name,
+            sms=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+            cuda=torch.version.cuda,
+            driver=_driver_version(),
+        )
+    return info
+
+
+def _driver_version() -> str | None:
+    try:
+        import subprocess
+
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return res.stdout.strip() or None
+    except Exception:
+        return None
