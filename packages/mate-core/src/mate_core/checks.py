@@ -29,6 +29,7 @@ __all__ = [
     "require_metadata",
     "require_int",
     "require_bool",
+    "require_none",
     "resolve_scale",
     "check_vector_layout",
     "row_view",
@@ -295,3 +296,9 @@ def check_no_overlap(name: str, buf: torch.Tensor, inputs: dict[str, torch.Tenso
                 f"{name}: its memory overlaps {other_name}; native paths bind {name} directly and "
                 f"reject input/output overlap. Pass a separate buffer"
             )
+
+
+def require_none(name: str, x: object, why: str) -> None:
+    """Reject an argument that must be omitted in this call's configuration."""
+    if x is not None:
+        raise MateValueError(f"{name}: got {describe(x)}; expected None ({why})")
