@@ -34,7 +34,8 @@ Tensor = torch.Tensor
 class IndexerScorePlan:
     """``qsa_indexer_mqa_score``.
 
-    q: [rows, H, D] view of ``q_idx``.
+    q: [rows, H, D] view of ``q_idx`` (a padded ``q_idx`` whose batch/query axes cannot be
+       merged without a copy, i.e. a sliced view, stays [B, Q, H, D]).
     block_keys: logical [B, N_B, D], or paged cache [pages, page_size, D] (head axis dropped).
     block_table: paged only, [R, max_pages]; entries < 0 or >= pages are masked.
     query_positions: [rows] or None (inferred: local index, a fresh prefill chunk).
