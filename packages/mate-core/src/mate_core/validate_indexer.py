@@ -23,6 +23,7 @@ from .checks import (
     describe,
     require_int,
     require_metadata,
+    require_none,
     require_rank,
     row_view,
 )
@@ -54,11 +55,7 @@ class _Keys(NamedTuple):
 def _padded_queries(q_idx, cu_seqlens_q, token_to_req, num_requests) -> _Queries:
     batch, q_len = q_idx.shape[0], q_idx.shape[1]
     for name, value in (("cu_seqlens_q", cu_seqlens_q), ("token_to_req", token_to_req)):
-        if value is not None:
-            raise MateValueError(
-                f"{name}: got {describe(value)} with padded q_idx {list(q_idx.shape)}; expected None "
-                f"({name} describes varlen q_idx [total_q, H, D])"
-            )
+        require_none(name, value, f"with padded q_idx {list(q_idx.shape)}; it describes varlen q_idx [total_q, H, D]")
     num_requests = require_int("num_requests", num_requests, minimum=0, optional=True)
     if num_requests is not None and num_requests != batch:
         raise MateValueError(
@@ -106,11 +103,7 @@ def _queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend) -> _Queri
 
 
 def _logical_keys(block_keys, page_size, queries: _Queries, dim: int) -> _Keys:
-    if page_size is not None:
-        raise MateValueError(
-            f"page_size: got {describe(page_size)} without block_table; expected None (page_size describes a paged "
-            "block_keys cache, which needs block_table)"
-        )
+    require_none("page_size", page_size, "without block_table; page_size describes a paged block_keys cache")
     require_rank(
         "block_keys",
         block_keys,

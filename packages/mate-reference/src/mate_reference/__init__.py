@@ -3,3 +3,20 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from .api import qsa_indexer_mqa_score, qsa_mqa, qsa_mqa_decode, qsa_mqa_prefill
+from .mqa import indexer_score, mqa_decode, mqa_prefill
+from .selection import expand_blocks, topk_blocks
+
+__all__ = [
+    "__version__",
+    "expand_blocks",
+    "indexer_score",
+    "mqa_decode",
+    "mqa_prefill",
+    "qsa_indexer_mqa_score",
+    "qsa_mqa",
+    "qsa_mqa_decode",
+    "qsa_mqa_prefill",
+    "topk_blocks",
+]

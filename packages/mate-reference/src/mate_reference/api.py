@@ -1,0 +1,92 @@
+"""CPU-research entry points for the MQA indexer: the spec's signatures without ``backend``.
+
+Each function validates through ``mate_core.plan_*(..., backend='reference')`` and runs
+the FP32 reference on the inputs' device. ``pip install mate-reference`` alone is enough;
+``mate.qsa_*`` is the full facade with the native backend.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mate_core import plan_indexer_score, plan_mqa_decode, plan_mqa_prefill
+
+from . import mqa
+
+__all__ = ["qsa_indexer_mqa_score", "qsa_mqa", "qsa_mqa_decode", "qsa_mqa_prefill"]
+
+
+def qsa_indexer_mqa_score(
+    q_idx: torch.Tensor,
+    block_keys: torch.Tensor,
+    *,
+    block_table: torch.Tensor | None = None,
+    page_size: int | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    token_to_req: torch.Tensor | None = None,
+    num_requests: int | None = None,
+    query_positions: torch.Tensor | None = None,
+    seq_lens_q: torch.Tensor | None = None,
+    block_size: int = 4,
+    scale: float | None = None,
+    score_scale: float | None = None,
+) -> torch.Tensor:
+    """QSA MQA block scores, FP32 ``[B, Q, N_B]`` or ``[total_q, N_B]`` (see ``mate.qsa_indexer_mqa_score``).
+
+    Block ``j`` is ``-inf`` unless its last token ``(j + 1) * block_size - 1`` is at or
+    before the query's position (default: its local row index), the row is not padded,
+    and (paged) its page is valid.
+    """
+    plan = plan_indexer_score(
+        q_idx,
+        block_keys,
+        block_table=block_table,
+        page_size=page_size,
+        cu_seqlens_q=cu_seqlens_q,
+        token_to_req=token_to_req,
+        num_requests=num_requests,
+        query_positions=query_positions,
+        seq_lens_q=seq_lens_q,
+        block_size=block_size,
+        scale=scale,
+        score_scale=score_scale,
+        backend="reference",
+    )
+    mqa.indexer_score(plan)
+    return plan.result
+
+
+def qsa_mqa_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    row_starts: torch.Tensor,
+    row_ends: torch.Tensor,
+    score_scale: float | None = None,
+    *,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Packed-prefill MQA logits, FP32 ``[rows, keys]``, ``-inf`` outside ``[row_starts, row_ends)``."""
+    plan = plan_mqa_prefill(q, k, row_starts, row_ends, score_scale, scale=scale, backend="reference")
+    mqa.mqa_prefill(plan)
+    return plan.out
+
+
+qsa_mqa = qsa_mqa_prefill
+
+
+def qsa_mqa_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    max_model_len: int,
+    score_scale: float | None = None,
+    *,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Paged-decode MQA logits, FP32 ``[B, max_model_len]``; invisible keys are ``-inf``."""
+    plan = plan_mqa_decode(
+        q, k_cache, page_table, context_lens, max_model_len, score_scale, scale=scale, backend="reference"
+    )
+    mqa.mqa_decode(plan)
+    return plan.out
