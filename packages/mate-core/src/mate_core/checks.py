@@ -30,6 +30,7 @@ __all__ = [
     "require_int",
     "require_bool",
     "require_none",
+    "is_non_overlapping",
     "resolve_scale",
     "check_vector_layout",
     "row_view",
@@ -275,7 +276,7 @@ def check_out_buffer(
                 f"{name}: got stride {list(buf.stride())}; expected positive strides on every axis "
                 f"with more than one element (axis {axis} has stride {s})"
             )
-    if buf.numel() > 1 and _has_storage(buf) and torch._debug_has_internal_overlap(buf) != 0:  # type: ignore[attr-defined]
+    if buf.numel() > 1 and _has_storage(buf) and not is_non_overlapping(buf):
         raise MateValueError(f"{name}: got {describe(buf)}, whose elements overlap in memory; expected a writable non-overlapping view")
     if buf.requires_grad and buf.is_leaf:
         raise MateValueError(f"{name}: got a leaf tensor that requires grad; expected a plain writable buffer")
@@ -302,3 +303,20 @@ def require_none(name: str, x: object, why: str) -> None:
     """Reject an argument that must be omitted in this call's configuration."""
     if x is not None:
         raise MateValueError(f"{name}: got {describe(x)}; expected None ({why})")
+
+
+def is_non_overlapping(t: torch.Tensor) -> bool:
+    """Whether no two elements of ``t`` share memory, from shape and strides alone.
+
+    Sufficient test (exact for dense tensors and for slices of them): sorted by
+    stride, each axis must step past everything the smaller axes span. Unlike
+    ``torch._debug_has_internal_overlap`` it accepts strided views such as
+    ``big[..., 2:10]`` instead of reporting them as "too hard".
+    """
+    axes = sorted((abs(s), n) for n, s in zip(t.shape, t.stride()) if n > 1)
+    span = 1  # elements covered by the axes already placed
+    for stride, n in axes:
+        if stride < span:
+            return False
+        span = stride * (n - 1) + span
+    return True
