@@ -240,7 +240,8 @@ def row_view(name: str, t: torch.Tensor, batch_dims: int) -> torch.Tensor:
     if batch_dims == 1:
         return t
     try:
-        return t.view(-1, *t.shape[batch_dims:]) if t.numel() else t.reshape(-1, *t.shape[batch_dims:])
+        # An explicit row count (not -1) keeps zero-element tensors such as [B,Q,0] viewable.
+        return t.view(math.prod(t.shape[:batch_dims]), *t.shape[batch_dims:])
     except RuntimeError:
         raise MateValueError(
             f"{name}: got {describe(t)}; its batch/query axes must form a zero-copy row view "
