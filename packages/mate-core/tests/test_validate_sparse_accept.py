@@ -12,13 +12,13 @@ import torch
 from mate_core import SparseAttentionPlan, plan_sparse_attention
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared case builders live next to this file
-from test_validate_sparse_cases import (  # noqa: E402
-    B,
+from test_validate_sparse_cases import (
     KV_LAYOUTS,
     PAGE_SIZE,
-    Q,
     QUERY_LAYOUTS,
     ROWS,
+    B,
+    Q,
     apply,
     ints,
     lead,
@@ -169,7 +169,9 @@ def test_out_buffer_strided_view_is_bound(gen, query):
     written = torch.randn(plan.out.shape, generator=gen)
     plan.out.copy_(written)  # writing the plan's row view writes the caller's slice only
     assert torch.equal(out.reshape(written.shape), written)
-    assert torch.equal(big[..., :2], before[..., :2]) and torch.equal(big[..., 2 + shape[-1] :], before[..., 2 + shape[-1] :])
+    assert torch.equal(big[..., :2], before[..., :2]) and torch.equal(
+        big[..., 2 + shape[-1] :], before[..., 2 + shape[-1] :]
+    )
 
 
 @pytest.mark.parametrize("return_lse", [False, True])
