@@ -1,0 +1,125 @@
+"""The ``mate`` console command: ``check``, ``show-config`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from . import _env
+from ._table import Printer
+
+__all__ = ["main"]
+
+
+def _check(args: argparse.Namespace) -> int:
+    out = Printer()
+    versions = _env.package_versions()
+    tilelang = versions["tilelang"]
+    out.mapping(
+        "MATE-QSA environment",
+        {
+            "python": versions["python"],
+            "torch": versions["torch"],
+            "torch cuda build": versions["torch cuda build"] or "none (CPU build)",
+            "tilelang": tilelang or "not installed",
+            "mate-qsa": versions["mate-qsa"],
+        },
+    )
+    devices = _env.devices()
+    out.table(
+        "Devices",
+        ("device", "description", "native target"),
+        [(d["device"], d["description"], d["native_target"] or f"no ({d['reason']})") for d in devices],
+    )
+    native = [d["device"] for d in devices if d["native_target"]]
+    if native and tilelang:
+        out.line(f"native backend (backend='tilelang'): supported on {', '.join(native)}")
+    elif native:
+        out.line(f"native backend: {', '.join(native)} is supported but TileLang is not installed")
+    else:
+        out.line("native backend: no supported device here (supported: NVIDIA sm_90, MUSA MP31)")
+    out.line("reference backend (backend='reference'): available on every device")
+    return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    config = {
+        "versions": _env.package_versions(),
+        "native_targets": _env.native_targets(),
+        "devices": _env.devices(),
+        "tilelang": _env.tilelang_config(),
+    }
+    if args.json:
+        print(json.dumps(config, indent=2))
+        return 0
+    out = Printer()
+    out.mapping("Package versions", {k: v or "not installed" for k, v in config["versions"].items()})
+    out.table(
+        "Native targets",
+        ("target", "device", "capability", "arch", "toolchain", "status", "profile"),
+        [
+            (t["name"], t["device_type"], t["capability"], t["arch"], t["toolchain"], t["status"], t["profile"])
+            for t in config["native_targets"]
+        ],
+    )
+    tl = config["tilelang"]
+    out.mapping(
+        "TileLang",
+        {
+            "installed": tl["installed"],
+            "cache dir": f"{tl['cache_dir']} ({tl['cache_dir_source']})",
+            **{f"${name}": value or "unset" for name, value in tl["env"].items()},
+            "nvcc": tl["nvcc"] or "not on PATH",
+        },
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo  # imports the compute stack only when needed
+
+    return run_demo(
+        device=args.device,
+        backend=args.backend,
+        requests=args.requests,
+        seq_len=args.seq_len,
+        topk=args.topk,
+        seed=args.seed,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mate", description="MATE-QSA: Qwen Sparse Attention kernels for PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser("check", help="Python, torch, TileLang and devices; which devices run native kernels")
+    check.set_defaults(func=_check)
+
+    show = sub.add_parser("show-config", help="package versions, native target table, TileLang cache and env vars")
+    show.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    show.set_defaults(func=_show_config)
+
+    demo = sub.add_parser(
+        "demo",
+        help="one QSA step on synthetic data: indexer -> top-k -> expansion -> sparse attention",
+        description="Runs one QSA prefill step on synthetic data and checks it: natively on a supported GPU "
+        "(compared with the FP32 reference), else the reference on the CPU (compared with a dense "
+        "PyTorch computation).",
+    )
+    demo.add_argument("--device", help="torch device (default: the first supported GPU, else cpu)")
+    demo.add_argument(
+        "--backend", choices=("tilelang", "reference"), help="default: tilelang on a supported GPU, else reference"
+    )
+    demo.add_argument("--requests", type=int, default=None, help="number of requests (default 2)")
+    demo.add_argument("--seq-len", type=int, default=None, help="tokens per request, a multiple of 64")
+    demo.add_argument("--topk", type=int, default=None, help="selected 4-token blocks per query")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``mate`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    return int(args.func(args))

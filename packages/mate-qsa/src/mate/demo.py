@@ -1,0 +1,336 @@
+"""``mate demo``: one QSA prefill step on synthetic data, timed and checked.
+
+Stages: indexer scores (:func:`mate.qsa_indexer_mqa_score`) -> top-k blocks
+(:func:`mate.topk_blocks`) -> token expansion with the causal tail
+(:func:`mate.expand_blocks`) -> sparse core attention over paged K/V
+(:func:`mate.qsa_sparse_attention`, gate and LSE on).
+
+On a supported GPU the stages run natively and are compared with the FP32
+reference on the same inputs; elsewhere the reference runs on the CPU and is
+compared with an independent dense PyTorch computation (float64 einsum +
+masked softmax). A stage whose native kernel is unavailable falls back to the
+reference, and the output says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mate_core.errors import BackendUnavailableError, UnsupportedTargetError
+from mate_reference.selection import expand_blocks, topk_blocks
+
+from . import _env
+from ._table import Printer
+from .mqa import qsa_indexer_mqa_score
+from .sparse import qsa_sparse_attention
+
+__all__ = ["DemoConfig", "run_demo"]
+
+PAGE_SIZE = 64
+INDEX_HEADS, INDEX_DIM = 4, 128
+Q_HEADS, KV_HEADS, HEAD_DIM = 24, 2, 256
+# Relative L2 tolerances: bf16 operands or outputs vs FP32/FP64 (QSA-DESIGN.md section 5),
+# and the FP32 oracle's FP32 outputs vs a float64 dense computation.
+LOW_PRECISION_TOL = 1e-2
+FP32_TOL = 1e-4
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    device: str
+    backend: str
+    requests: int
+    seq_len: int
+    topk: int
+    seed: int
+    dtype: torch.dtype = torch.bfloat16
+
+    @property
+    def slots(self) -> int:
+        return 4 * self.topk + 3
+
+
+@dataclass
+class Stage:
+    name: str
+    backend: str
+    inputs: str
+    output: str
+    first_ms: float
+    warm_ms: float
+
+
+@dataclass
+class Agreement:
+    name: str
+    against: str
+    max_abs: float
+    rel_l2: float
+    inf_pattern_equal: bool
+    tol: float
+
+    @property
+    def ok(self) -> bool:
+        return self.inf_pattern_equal and self.rel_l2 <= self.tol
+
+
+@dataclass
+class DemoResult:
+    config: DemoConfig
+    stages: list[Stage] = field(default_factory=list)
+    agreements: list[Agreement] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.agreements) and all(a.ok for a in self.agreements)
+
+
+def _shape(t: torch.Tensor) -> str:
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float, float]:
+    """Result, first-call ms (includes any kernel compile) and warm-call ms."""
+    times = []
+    for _ in range(2):
+        _sync(device)
+        start = time.perf_counter()
+        result = fn()
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return result, times[0], times[1]
+
+
+def _synthetic(cfg: DemoConfig, device: torch.device) -> dict[str, torch.Tensor]:
+    """Random inputs of one prefill step; K/V live in shuffled 64-token pages."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    r, s = cfg.requests, cfg.seq_len
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=cfg.dtype)
+
+    pages_per_req = s // PAGE_SIZE
+    block_table = torch.randperm(r * pages_per_req, generator=gen).view(r, pages_per_req).to(torch.int32)
+    k_logical, v_logical = randn(r, s, KV_HEADS, HEAD_DIM), randn(r, s, KV_HEADS, HEAD_DIM)
+    return {
+        "q_idx": randn(r, s, INDEX_HEADS, INDEX_DIM),
+        "block_keys": randn(r, s // 4, INDEX_DIM),
+        "positions": torch.arange(s, dtype=torch.int32, device=device).expand(r, s),
+        "query": randn(r, s, Q_HEADS, HEAD_DIM),
+        "gate": randn(r, s, Q_HEADS),
+        "k_logical": k_logical,
+        "v_logical": v_logical,
+        "key": _to_pages(k_logical, block_table),
+        "value": _to_pages(v_logical, block_table),
+        "block_table": block_table.to(device),
+    }
+
+
+def _to_pages(logical: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """[R, S, H, D] -> [pages, PAGE_SIZE, H, D] with page block_table[r, p] holding tokens p*64.."""
+    r, s, h, d = logical.shape
+    pages = torch.empty(r * (s // PAGE_SIZE), PAGE_SIZE, h, d, dtype=logical.dtype, device=logical.device)
+    pages[block_table.flatten().long().to(logical.device)] = logical.reshape(-1, PAGE_SIZE, h, d)
+    return pages
+
+
+def _with_fallback(
+    result: DemoResult, stage: str, backend: str, call: Callable[[str], Any], device: torch.device
+) -> tuple[Any, str, float, float]:
+    """Run ``call(backend)``; if the native backend cannot run here, say why and use the reference."""
+    try:
+        out, first, warm = _timed(lambda: call(backend), device)
+        return out, backend, first, warm
+    except (BackendUnavailableError, UnsupportedTargetError) as exc:
+        if backend == "reference":
+            raise
+        result.notes.append(f"{stage}: native backend unavailable ({exc}); ran backend='reference' instead")
+    out, first, warm = _timed(lambda: call("reference"), device)
+    return out, "reference", first, warm
+
+
+def _pipeline(cfg: DemoConfig, x: dict[str, torch.Tensor], result: DemoResult) -> dict[str, Any]:
+    device = torch.device(cfg.device)
+
+    def score(backend: str) -> torch.Tensor:
+        return qsa_indexer_mqa_score(x["q_idx"], x["block_keys"], backend=backend)
+
+    def attend(backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return qsa_sparse_attention(
+            x["query"], x["key"], x["value"], tokens,
+            block_indices=blocks, block_table=x["block_table"], gate=x["gate"],
+            return_lse=True, backend=backend,
+        )  # fmt: skip
+
+    scores, b1, f1, w1 = _with_fallback(result, "indexer score", cfg.backend, score, device)
+    result.stages.append(
+        Stage("indexer score", b1, f"q_idx {_shape(x['q_idx'])}, block_keys {_shape(x['block_keys'])}",
+              f"scores {_shape(scores)}", f1, w1)
+    )  # fmt: skip
+    blocks, f2, w2 = _timed(lambda: topk_blocks(scores, cfg.topk), device)
+    result.stages.append(Stage("top-k blocks", "torch", f"scores, k={cfg.topk}", f"blocks {_shape(blocks)}", f2, w2))
+    tokens, f3, w3 = _timed(lambda: expand_blocks(blocks, x["positions"]), device)
+    result.stages.append(Stage("expand blocks", "torch", "blocks, positions", f"tokens {_shape(tokens)}", f3, w3))
+    (out, lse), b4, f4, w4 = _with_fallback(result, "sparse attention", cfg.backend, attend, device)
+    result.stages.append(
+        Stage("sparse attention", b4,
+              f"query {_shape(x['query'])}, K/V pages {_shape(x['key'])}, tokens, gate",
+              f"out {_shape(out)}, lse {_shape(lse)}", f4, w4)
+    )  # fmt: skip
+    return {"scores": scores, "blocks": blocks, "tokens": tokens, "out": out, "lse": lse,
+            "native": {"scores": b1 == "tilelang", "attention": b4 == "tilelang"}, "attend": attend,
+            "score": score}  # fmt: skip
+
+
+def _compare(name: str, against: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> Agreement:
+    got, want = got.double().cpu(), want.double().cpu()
+    same_inf = torch.equal(torch.isneginf(got), torch.isneginf(want))
+    finite = torch.isfinite(got) & torch.isfinite(want)
+    diff = (got[finite] - want[finite]).abs()
+    max_abs = diff.max().item() if diff.numel() else 0.0
+    norm = want[finite].norm().item()
+    rel = diff.norm().item() / norm if norm > 0 else diff.norm().item()
+    return Agreement(name, against, max_abs, rel, same_inf, tol)
+
+
+def _dense_scores(x: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Indexer scores by einsum in float64, with the causal block mask."""
+    q, k = x["q_idx"].double(), x["block_keys"].double()
+    s = torch.einsum("bqhd,bnd->bqhn", q, k).relu().sum(2) / math.sqrt(q.shape[-1])
+    pos = torch.arange(q.shape[1], device=q.device)[:, None]
+    last_token = 4 * torch.arange(k.shape[1], device=q.device)[None, :] + 3
+    return s.masked_fill(last_token > pos, float("-inf"))
+
+
+def _dense_attention(x: dict[str, torch.Tensor], tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gated attention over the selected tokens as a dense masked softmax in float64."""
+    q, k, v = x["query"].double(), x["k_logical"].double(), x["v_logical"].double()
+    r, s, hq, d = q.shape
+    group = hq // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    selected = torch.zeros(r, s, s + 1, dtype=torch.bool, device=q.device)
+    selected.scatter_(2, torch.where(tokens >= 0, tokens, s).long(), True)  # -1 -> spare column s
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+    logits = logits.masked_fill(~selected[:, None, :, :s], float("-inf"))
+    lse = torch.logsumexp(logits, dim=-1)
+    out = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(logits, dim=-1), v)
+    return out * torch.sigmoid(x["gate"].double())[..., None], lse.transpose(1, 2)
+
+
+def _check(cfg: DemoConfig, x: dict[str, torch.Tensor], run: dict[str, Any], result: DemoResult) -> None:
+    if run["native"]["scores"] or run["native"]["attention"]:
+        # Same inputs (and the native stage's own selection) through the FP32 oracle.
+        ref_out, ref_lse = run["attend"]("reference")
+        against = "backend='reference' (FP32 oracle)"
+        pairs = [("indexer scores", run["scores"], run["score"]("reference")),
+                 ("attention out", run["out"], ref_out), ("attention lse", run["lse"], ref_lse)]  # fmt: skip
+    else:
+        dense_out, dense_lse = _dense_attention(x, run["tokens"])
+        against = "dense float64 PyTorch"
+        pairs = [("indexer scores", run["scores"], _dense_scores(x)),
+                 ("attention out", run["out"], dense_out), ("attention lse", run["lse"], dense_lse)]  # fmt: skip
+    native = run["native"]["scores"] or run["native"]["attention"]
+    result.agreements += [_compare(name, against, got, want, _tolerance(got, native)) for name, got, want in pairs]
+
+
+def _tolerance(got: torch.Tensor, native: bool) -> float:
+    return LOW_PRECISION_TOL if native or got.dtype in (torch.bfloat16, torch.float16) else FP32_TOL
+
+
+def _report(result: DemoResult, run: dict[str, Any], printer: Printer) -> None:
+    cfg = result.config
+    printer.line("MATE-QSA demo: one QSA prefill step on synthetic data")
+    printer.line(
+        f"device {cfg.device} ({_env.describe_device(cfg.device)}), requested backend '{cfg.backend}', "
+        f"{str(cfg.dtype).replace('torch.', '')}; {cfg.requests} requests x {cfg.seq_len} tokens; indexer "
+        f"{INDEX_HEADS} heads x {INDEX_DIM}; attention {Q_HEADS}/{KV_HEADS} heads x {HEAD_DIM}; top-{cfg.topk} "
+        f"blocks -> {cfg.slots} token slots; K/V in shuffled pages of {PAGE_SIZE}"
+    )
+    for note in result.notes:
+        printer.line(f"note: {note}")
+    printer.table(
+        "Stages (first call includes any kernel compilation)",
+        ("stage", "backend", "inputs", "output", "first ms", "warm ms"),
+        [(s.name, s.backend, s.inputs, s.output, f"{s.first_ms:.2f}", f"{s.warm_ms:.2f}") for s in result.stages],
+    )
+    used = (run["tokens"] >= 0).sum(-1).double()
+    printer.line(f"selected tokens per query row: mean {used.mean().item():.1f}, max {int(used.max().item())} "
+                 f"of {cfg.slots} slots")  # fmt: skip
+    printer.table(
+        "Agreement",
+        ("output", "compared with", "max abs err", "rel L2 err", "-inf pattern", "tolerance", "ok"),
+        [(a.name, a.against, f"{a.max_abs:.3e}", f"{a.rel_l2:.3e}", "identical" if a.inf_pattern_equal else "DIFFERS",
+          f"{a.tol:g}", "yes" if a.ok else "NO") for a in result.agreements],
+    )  # fmt: skip
+    if result.ok:
+        printer.line("PASS: every output agrees within tolerance")
+    else:
+        printer.line("FAIL: some outputs disagree (see the Agreement table)")
+
+
+def _default_device() -> str:
+    device = _env.supported_device()
+    return device if device is not None and _env.package_versions()["tilelang"] else "cpu"
+
+
+def _config(device, backend, requests, seq_len, topk, seed) -> DemoConfig:
+    device = device or _default_device()
+    native = _env.supported_device() is not None and any(
+        d["device"] == str(torch.device(device)) and d["native_target"] for d in _env.devices()
+    )
+    backend = backend or ("tilelang" if native else "reference")
+    big = backend == "tilelang"  # the CPU reference stays small so the demo takes seconds
+    return DemoConfig(
+        device=device,
+        backend=backend,
+        requests=requests or 2,
+        seq_len=seq_len or (2048 if big else 256),
+        topk=topk or (64 if big else 16),
+        seed=seed,
+    )
+
+
+def _config_error(cfg: DemoConfig) -> str | None:
+    if cfg.requests < 1:
+        return f"--requests: got {cfg.requests}; expected >= 1"
+    if cfg.seq_len < PAGE_SIZE or cfg.seq_len % PAGE_SIZE:
+        return f"--seq-len: got {cfg.seq_len}; expected a positive multiple of {PAGE_SIZE}"
+    if not 1 <= cfg.topk <= 512:
+        return f"--topk: got {cfg.topk}; expected 1..512 (the block-hint width rule)"
+    return None
+
+
+def run_demo(
+    device: str | None = None,
+    backend: str | None = None,
+    requests: int | None = None,
+    seq_len: int | None = None,
+    topk: int | None = None,
+    seed: int = 0,
+    printer: Printer | None = None,
+) -> int:
+    """Run, check and print the demo; returns 0 when every output agrees, 1 if not, 2 on bad options."""
+    printer = printer or Printer()
+    cfg = _config(device, backend, requests, seq_len, topk, seed)
+    error = _config_error(cfg)
+    if error:
+        printer.line(f"mate demo: {error}")
+        return 2
+    result = DemoResult(cfg)
+    x = _synthetic(cfg, torch.device(cfg.device))
+    run = _pipeline(cfg, x, result)
+    _check(cfg, x, run, result)
+    _report(result, run, printer)
+    return 0 if result.ok else 1

@@ -1,0 +1,174 @@
+"""The QSA core-attention entry point: attention over per-query selected tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from mate_core import plan_sparse_attention
+
+from ._ops import run
+
+__all__ = ["qsa_sparse_attention"]
+
+
+def qsa_sparse_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    token_indices: torch.Tensor | None = None,
+    *,
+    block_indices: torch.Tensor | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,
+    token_to_req: torch.Tensor | None = None,
+    num_requests: int | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
+    seq_lens_q: torch.Tensor | None = None,
+    seq_lens_k: torch.Tensor | None = None,
+    query_positions: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    page_size: int | None = None,
+    scale: float | None = None,
+    gate: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    return_lse: bool = False,
+    backend: str = "tilelang",
+    warp_specialized: bool = False,
+    assume_compact_blocks: bool = False,
+    out: torch.Tensor | None = None,
+    selected_kv_indices: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    compute_dtype: torch.dtype = torch.bfloat16,
+    lse: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Run QSA core attention over a per-query compact token set.
+
+    For each query row and Q head ``h``: softmax over the *used* selected tokens
+    of ``scale * q . k`` (KV head ``h // (Hq // Hkv)``), then the weighted sum of
+    their values; optionally ``out = attention * sigmoid(gate)``. A selected
+    request-local token ``t`` is used iff ``0 <= t <= pos``, ``t < seq_len_k`` and
+    (paged) its page id is valid; duplicates count as often as they appear. Rows
+    with no used token, and padded rows, output zeros with LSE ``-inf``. The
+    query position defaults to ``pos = seq_len_k - seq_len_q + i`` (bottom-right
+    causal), ``i`` being the request-local row index.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        bf16 or fp16 (reference: also float32) ``[B, Q, Hq, D]`` padded (batch and
+        query axes must form a zero-copy row view) or ``[total_q, Hq, D]`` flattened
+        with exactly one of ``cu_seqlens_q`` or ``token_to_req`` + ``num_requests``.
+        Canonical geometry: ``Hq=24, Hkv=2, D=256``.
+    key : torch.Tensor
+        Same dtype and device as ``query``. Paged ``[pages, page_size, Hkv, D]``
+        with ``block_table``; padded ``[B, S, Hkv, D]``; flattened varlen
+        ``[total_k, Hkv, D]`` with ``cu_seqlens_k`` (reference only); or physical
+        ``[N, Hkv, D]`` with ``selected_kv_indices`` (bf16 only).
+    value : torch.Tensor
+        Same shape, dtype and device as ``key``.
+    token_indices : torch.Tensor, optional
+        int32 (reference: int32/int64) ``[B, Q, T]`` or ``[total_q, T]``
+        request-local token ids shared by all Q heads; -1 pads.
+    block_indices : torch.Tensor, optional
+        int32 ``[B, Q, NB]`` / ``[total_q, NB]`` four-token blocks behind
+        ``token_indices`` (a hint; ``T == 4 * NB + 3``, ``1 <= NB <= 512``).
+    cu_seqlens_q : torch.Tensor, optional
+        int32/int64 ``[R + 1]`` cumulative query rows (flattened query).
+    token_to_req : torch.Tensor, optional
+        int32/int64 ``[total_q]`` request id per row (ids outside ``[0, R)`` mark
+        padded rows); needs ``num_requests``.
+    num_requests : int, optional
+        ``R`` for ``token_to_req``.
+    cu_seqlens_k : torch.Tensor, optional
+        int32/int64 ``[R + 1]`` cumulative KV rows of flattened varlen K/V (reference only).
+    seq_lens_q : torch.Tensor, optional
+        int32/int64 ``[R]`` query rows per request; rows beyond are padded (zeros, LSE -inf).
+    seq_lens_k : torch.Tensor, optional
+        int32/int64 ``[R]`` actual KV lengths, at most the cache capacity.
+    query_positions : torch.Tensor, optional
+        int32/int64 ``[B, Q]`` or ``[total_q]`` request-local causal positions.
+    block_table : torch.Tensor, optional
+        int32/int64 ``[R, max_pages]`` logical-to-physical page ids (paged K/V).
+    page_size : int, optional
+        Must equal ``key.shape[1]`` when given (paged K/V).
+    scale : float, optional
+        Positive softmax multiplier; defaults to ``1/sqrt(D)``. Exclusive with ``softmax_scale``.
+    gate : torch.Tensor, optional
+        float32 or the query dtype, ``query.shape[:-1]`` or ``query.shape``;
+        ``out = attention * sigmoid(gate)``.
+    num_splits : int, optional
+        ``None`` chooses a schedule; a positive int sets the SplitKV count (1 disables it).
+    return_lse : bool, default False
+        Also return the float32 natural-log log-sum-exp, shape ``query.shape[:-1]``.
+    backend : {"tilelang", "reference"}, default "tilelang"
+        Native kernels (no automatic fallback) or the FP32 PyTorch oracle.
+    warp_specialized : bool, default False
+        Opt-in warp-specialized prefill (native only; a hint).
+    assume_compact_blocks : bool, default False
+        Producer contract that valid ``block_indices`` form a causal prefix of
+        each row; requires ``block_indices``.
+    out : torch.Tensor, optional
+        Writable non-overlapping positive-stride view with the query's shape,
+        dtype and device; returned as is. Must not overlap any input.
+    selected_kv_indices : torch.Tensor, optional
+        int32 ``[total_q, T]`` physical row ids into flattened bf16 K/V
+        ``[N, Hkv, D]``; no page translation or causal filter; ids outside
+        ``[0, N)`` are masked. Exclusive with ``token_indices``, request/page
+        metadata and ``gate``.
+    softmax_scale : float, optional
+        Alias of ``scale``; do not pass both.
+    k_scale, v_scale : float, default 1.0
+        Must be 1.0 (FP8 K/V is unsupported).
+    compute_dtype : torch.dtype, default torch.bfloat16
+        bfloat16 (or the query dtype on the logical path); FP8 is rejected.
+    lse : torch.Tensor, optional
+        float32 buffer of shape ``query.shape[:-1]``; written whenever supplied.
+
+    Returns
+    -------
+    torch.Tensor or tuple[torch.Tensor, torch.Tensor]
+        The query-shaped output in the query dtype (exactly ``out`` when given),
+        or ``(output, lse)`` when ``return_lse=True``, ``lse`` being float32
+        ``query.shape[:-1]``.
+
+    Raises
+    ------
+    ValueError
+        Invalid shape, output layout, scaling, incompatible hints, or unsupported
+        explicit backend (:class:`mate.UnsupportedTargetError` for an unsupported device).
+    TypeError
+        Unsupported argument types or metadata dtypes.
+    """
+    plan = plan_sparse_attention(
+        query,
+        key,
+        value,
+        token_indices,
+        block_indices=block_indices,
+        cu_seqlens_q=cu_seqlens_q,
+        token_to_req=token_to_req,
+        num_requests=num_requests,
+        cu_seqlens_k=cu_seqlens_k,
+        seq_lens_q=seq_lens_q,
+        seq_lens_k=seq_lens_k,
+        query_positions=query_positions,
+        block_table=block_table,
+        page_size=page_size,
+        scale=scale,
+        gate=gate,
+        num_splits=num_splits,
+        return_lse=return_lse,
+        backend=backend,
+        warp_specialized=warp_specialized,
+        assume_compact_blocks=assume_compact_blocks,
+        out=out,
+        selected_kv_indices=selected_kv_indices,
+        softmax_scale=softmax_scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        compute_dtype=compute_dtype,
+        lse=lse,
+    )
+    run("sparse_attention", plan)
+    return plan.returned()
