@@ -81,9 +81,8 @@ def _padded(query: torch.Tensor, cu_seqlens_q: object, token_to_req: object, num
 
 def _cu_seqlens_q(cu_seqlens_q: object, num_requests: int | None, backend: str, query: torch.Tensor) -> int:
     length = None if num_requests is None else num_requests + 1
-    cu = metadata_vector(
-        "cu_seqlens_q", cu_seqlens_q, backend, query, length, "[R+1] cumulative query rows, R = num_requests"
-    )
+    what = "[R+1] cumulative query rows" + ("" if num_requests is None else f" with R = num_requests = {num_requests}")
+    cu = metadata_vector("cu_seqlens_q", cu_seqlens_q, backend, query, length, what)
     if cu.shape[0] < 1:
         raise MateValueError("cu_seqlens_q: got shape [0]; expected [R+1] with R >= 0 (at least the leading 0)")
     return cu.shape[0] - 1
