@@ -7,6 +7,7 @@ __version__ = "0.1.0"
 from .api import qsa_indexer_mqa_score, qsa_mqa, qsa_mqa_decode, qsa_mqa_prefill
 from .mqa import indexer_score, mqa_decode, mqa_prefill
 from .selection import expand_blocks, topk_blocks
+from .sparse import qsa_sparse_attention, sparse_attention
 
 __all__ = [
     "__version__",
@@ -18,5 +19,7 @@ __all__ = [
     "qsa_mqa",
     "qsa_mqa_decode",
     "qsa_mqa_prefill",
+    "qsa_sparse_attention",
+    "sparse_attention",
     "topk_blocks",
 ]
