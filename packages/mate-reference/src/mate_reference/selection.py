@@ -43,7 +43,7 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
     k = require_int("k", k, minimum=0)
     keep = min(k, scores.shape[-1])
     # NaN sorts as -inf so it is never chosen; a stable sort makes tie order deterministic.
-    ranked = torch.nan_to_num(scores.float(), nan=float("-inf"), posinf=float("inf"))
+    ranked = torch.nan_to_num(scores, nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     values, ids = torch.sort(ranked, dim=-1, descending=True, stable=True)
     values, ids = values[..., :keep], ids[..., :keep]
     ids = torch.where(values > float("-inf"), ids, torch.full_like(ids, -1)).to(torch.int32)
