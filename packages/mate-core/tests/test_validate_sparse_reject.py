@@ -60,6 +60,7 @@ CASES = [
     (P, {"query": _q(lambda q: q.double())}, T, "query"),
     (P, {"query": _q(lambda q: q[:, :, :0])}, V, "query"),
     (P, {"query": _q(lambda q: q[..., :0])}, V, "query"),
+    (P, {"query": _q(lambda q: q.transpose(0, 1).contiguous().transpose(0, 1))}, V, "query: .*zero-copy row view"),
     (P, _kv(lambda t: t.half()), T, "key"),
     (P, {"value": lambda a: a["value"].half()}, T, "value"),
     (P, {"value": lambda a: a["value"][:, :2]}, V, "value"),
