@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mate_reference import sparse as sparse_mod
-from mate_reference.sparse import sparse_attention
+from mate_reference.sparse import qsa_sparse_attention, sparse_attention
 
 NUM_REQ = 3
 PAGE_SIZE = 4
@@ -441,3 +441,89 @@ def test_without_lse_writes_only_out(gen, sparse_plan):
     assert plan.lse is None
     assert not torch.isnan(plan.out_result).any()
     check_against_naive(plan, args)
+
+
+# ----------------------------------------------------------------------------------------
+# Public CPU-research wrapper (validation by mate_core.plan_sparse_attention)
+# ----------------------------------------------------------------------------------------
+
+
+def _check_result(result, args, gate=None):
+    out, lse = result
+    expected_out, expected_lse = naive_sparse(**args, gate=gate)
+    tol = TOL[args["query"].dtype]
+    assert out.dtype == args["query"].dtype and out.shape == args["query"].shape
+    assert lse.dtype == torch.float32 and lse.shape == args["query"].shape[:-1]
+    torch.testing.assert_close(out.double(), expected_out, atol=tol, rtol=tol)
+    assert torch.equal(torch.isinf(lse), torch.isinf(expected_lse))
+    finite = torch.isfinite(expected_lse)
+    torch.testing.assert_close(lse.double()[finite], expected_lse[finite], atol=tol, rtol=tol)
+    assert expected_out.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kv_layout", ["padded", "varlen", "paged"])
+@pytest.mark.parametrize("q_layout", ["padded", "cu", "token_to_req"])
+def test_public_layouts(gen, q_layout, kv_layout):
+    args = make_case(gen, q_layout, kv_layout, dtype=torch.bfloat16, hq=6, hkv=2)
+    args["seq_lens_q"] = torch.tensor([2, 0, 2], dtype=torch.int32)
+    gate = torch.randn(args["query"].shape[:-1], generator=gen)
+    _check_result(qsa_sparse_attention(**args, gate=gate, return_lse=True), args, gate=gate)
+
+
+def test_public_query_positions_and_seq_lens_k(gen):
+    args = make_case(gen, "padded", "paged", dtype=torch.float16, meta=torch.int64)
+    args["query_positions"] = torch.randint(0, MAX_PAGES * PAGE_SIZE, (NUM_REQ, 3), generator=gen)
+    args["seq_lens_k"] = torch.tensor([10, 3, 12])
+    _check_result(qsa_sparse_attention(**args, page_size=PAGE_SIZE, return_lse=True), args)
+
+
+def test_public_physical_with_buffers(gen):
+    base = make_case(gen, "cu", "varlen", dtype=torch.bfloat16)
+    ids = torch.randint(-2, base["key"].shape[0] + 3, (5, 9), generator=gen, dtype=torch.int32)
+    ids[2] = -1
+    args = {"query": base["query"], "key": base["key"], "value": base["value"], "selected_kv_indices": ids}
+    out = torch.full(base["query"].shape, math.nan, dtype=torch.bfloat16)
+    lse = torch.full(base["query"].shape[:-1], math.nan)
+    result = qsa_sparse_attention(**args, out=out, lse=lse)
+    assert result is out  # lse= is written even without return_lse
+    _check_result((out, lse), args)
+    assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)
+
+
+def test_public_out_is_returned_and_fully_written(gen):
+    args = make_case(gen, "token_to_req", "paged", dtype=torch.float16)
+    out = torch.full(args["query"].shape, math.nan, dtype=torch.float16)
+    result, lse = qsa_sparse_attention(**args, out=out, return_lse=True)
+    assert result is out
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    _check_result((out, lse), args)
+
+
+def test_public_returns_tensor_without_lse(gen):
+    args = make_case(gen, "padded", "padded")
+    result = qsa_sparse_attention(**args, softmax_scale=0.5)
+    assert isinstance(result, torch.Tensor)
+    torch.testing.assert_close(result.double(), naive_sparse(**args, scale=0.5)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_public_block_hint_does_not_change_result(gen):
+    args = make_case(gen, "padded", "paged", dtype=torch.bfloat16, width=11)
+    blocks = torch.randint(-1, MAX_PAGES, (NUM_REQ, 3, 2), generator=gen, dtype=torch.int32)
+    plain = qsa_sparse_attention(**args, return_lse=True)
+    hinted = qsa_sparse_attention(
+        **args, block_indices=blocks, num_splits=2, warp_specialized=True, assume_compact_blocks=True, return_lse=True
+    )
+    assert torch.equal(plain[0], hinted[0]) and torch.equal(plain[1], hinted[1])
+
+
+@pytest.mark.parametrize(("backend", "error"), [("tilelang", ValueError), ("auto", ValueError), (3, TypeError)])
+def test_public_backend_must_be_reference(gen, backend, error):
+    args = make_case(gen, "padded", "padded")
+    with pytest.raises(error, match="backend"):
+        qsa_sparse_attention(**args, backend=backend)
+
+
+def test_public_validates(gen):
+    args = make_case(gen, "padded", "padded")
+    with pytest.raises(ValueError, match="softmax_scale"):
+        qsa_sparse_attention(**args, scale=1.0, softmax_scale=1.0)
