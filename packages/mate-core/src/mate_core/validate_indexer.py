@@ -144,7 +144,7 @@ def _positions(query_positions, queries: _Queries, q_idx, backend) -> torch.Tens
     if query_positions is None:
         return None
     pos = require_metadata("query_positions", query_positions, backend, "q_idx", q_idx)
-    accepted = [[queries.rows]] + ([list(queries.lead)] if queries.q_len else [])
+    accepted = [[queries.rows]] + ([list(queries.lead)] if len(queries.lead) == 2 else [])
     if list(pos.shape) not in accepted:
         raise MateValueError(f"query_positions: got shape {list(pos.shape)}; expected one of {accepted}")
     return row_view("query_positions", pos, pos.dim())
