@@ -416,6 +416,23 @@ def test_strided_out_and_lse_views(gen, sparse_plan):
     assert torch.equal(torch.isinf(lse), torch.isinf(expected_lse))
 
 
+@pytest.mark.parametrize("kv_layout", ["padded", "varlen", "paged"])
+@pytest.mark.parametrize("sliced_axis", [1, -1])
+def test_strided_kv_views(gen, sparse_plan, kv_layout, sliced_axis):
+    """K/V views with storage offsets: slicing axis 1 keeps padded/paged leading axes unmergeable."""
+    args = make_case(gen, "cu", kv_layout)
+    for name in ("key", "value"):
+        t = args[name]
+        grow = [0] * t.dim()
+        grow[sliced_axis] = 2
+        big = torch.randn([s + g for s, g in zip(t.shape, grow)], generator=gen)
+        view = big.narrow(sliced_axis % t.dim(), 1, t.shape[sliced_axis])
+        view.copy_(t)
+        args[name] = view
+    plan = run_plan(sparse_plan, args, return_lse=True)
+    check_against_naive(plan, args)
+
+
 def test_hints_do_not_change_result(gen, sparse_plan):
     args = make_case(gen, "padded", "paged", width=11)
     plain = run_plan(sparse_plan, args, return_lse=True)

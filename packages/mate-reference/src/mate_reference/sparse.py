@@ -49,7 +49,7 @@ def _attend(query: Tensor, keys: Tensor, values: Tensor, used: Tensor, scale: fl
     query : Tensor
         ``[n, Hq, D]``, any float dtype.
     keys, values : Tensor
-        FP32 ``[n, T, Hkv, D]``.
+        FP32 ``[n, Hkv, T, D]``.
     used : Tensor
         bool ``[n, T]``.
     scale : float
@@ -63,15 +63,15 @@ def _attend(query: Tensor, keys: Tensor, values: Tensor, used: Tensor, scale: fl
         FP32 ``[n, Hq]``, natural log; -inf for rows with no used token.
     """
     n, hq, dim = query.shape
-    hkv = keys.shape[2]
+    hkv = keys.shape[1]
     q = query.float().reshape(n, hkv, hq // hkv, dim)
-    scores = torch.einsum("nhgd,nthd->nhgt", q, keys) * scale
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale  # [n, Hkv, G, T]
     scores = scores.masked_fill(~used[:, None, None, :], float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     # A row without used tokens has lse = -inf; shifting by 0 there keeps exp(-inf) = 0 (not NaN).
     shift = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     probs = torch.exp(scores - shift[..., None])
-    out = torch.einsum("nhgt,nthd->nhgd", probs, values)
+    out = torch.matmul(probs, values)  # [n, Hkv, G, D]
     return out.reshape(n, hq, dim), lse.reshape(n, hq)
 
 
