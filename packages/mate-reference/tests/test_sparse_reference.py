@@ -544,3 +544,19 @@ def test_public_validates(gen):
     args = make_case(gen, "padded", "padded")
     with pytest.raises(ValueError, match="softmax_scale"):
         qsa_sparse_attention(**args, scale=1.0, softmax_scale=1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kv_layout", ["padded", "varlen", "paged"])
+@pytest.mark.parametrize("q_layout", ["padded", "cu", "token_to_req"])
+def test_public_on_cuda_matches_cpu(gen, q_layout, kv_layout):
+    """The reference is device-agnostic: the same call on a CUDA device agrees with the CPU."""
+    args = make_case(gen, q_layout, kv_layout, dtype=torch.bfloat16, hq=24, hkv=2, dim=64)
+    gate = torch.randn(args["query"].shape, generator=gen)
+    cpu_out, cpu_lse = qsa_sparse_attention(**args, gate=gate, return_lse=True)
+    moved = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    out, lse = qsa_sparse_attention(**moved, gate=gate.cuda(), return_lse=True)
+    assert out.device.type == "cuda" and lse.device.type == "cuda"
+    torch.testing.assert_close(out.cpu().float(), cpu_out.float(), atol=1.6e-2, rtol=1.6e-2)
+    torch.testing.assert_close(lse.cpu(), cpu_lse, atol=1e-4, rtol=1e-4)
+    _check_result((out.cpu(), lse.cpu()), args, gate=gate)
