@@ -1,0 +1,136 @@
+"""Launchers of the native MQA indexer kernels.
+
+Each launcher takes a plan already validated by ``mate_core`` (no validation here), picks
+the kernel specialization (dtype, page size, vector path), binds the plan's tensors and
+their runtime strides, and launches on the current stream. No host sync and, apart from
+the few ``[B, Q]`` interval tensors of ``indexer_score`` (computed on the device with
+capturable torch ops), no allocation: warmed-up calls can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from mate_core.arch import native_target_for
+from mate_core.plans import IndexerScorePlan, MQADecodePlan, MQAPrefillPlan
+
+from . import mqa_decode_kernel, mqa_score_kernel
+from ._build import build
+from .target import profile_for
+
+__all__ = ["indexer_score", "mqa_prefill", "mqa_decode"]
+
+_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+VEC_ELEMS = 8  # 16 bytes of BF16/FP16
+# Score grid: about this many CTAs per SM (2 resident x a few waves) balances ragged work.
+CTAS_PER_SM = 8
+
+
+@functools.cache
+def _profile(device_type: str, index: int | None) -> str:
+    return profile_for(native_target_for(torch.device(device_type, index))).name
+
+
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(
+        index if index is not None else torch.cuda.current_device()
+    ).multi_processor_count
+
+
+def _kernel(factory: Any, device: torch.device, *consts: Any) -> Any:
+    return build(factory, _profile(device.type, device.index), *consts)
+
+
+def strides8(t: torch.Tensor) -> list[int]:
+    """Outer strides of ``t`` in units of 8 elements; 0 for size-1 axes (never indexed).
+
+    The caller guarantees (vector-load rule) that every other outer stride is a multiple of 8.
+    """
+    return [t.stride(a) // VEC_ELEMS if t.shape[a] > 1 else 0 for a in range(t.dim() - 1)]
+
+
+def vector_ok(t: torch.Tensor) -> bool:
+    """Whether ``t`` (2-byte dtype) satisfies the 16-byte vector-load layout rule."""
+    if t.stride(-1) != 1 or t.data_ptr() % 16:
+        return False
+    return all(t.shape[a] <= 1 or t.stride(a) % VEC_ELEMS == 0 for a in range(t.dim() - 1))
+
+
+def _score_grid(row_tiles: int, key_tiles: int, sms: int) -> tuple[int, int]:
+    """``(tiles_per_cta, key_grid)``: split the key tiles so the grid fills the GPU."""
+    splits = max(1, min(key_tiles, -(-CTAS_PER_SM * sms // max(row_tiles, 1))))
+    per_cta = -(-key_tiles // splits)
+    return per_cta, -(-key_tiles // per_cta)
+
+
+def _launch_score(
+    q: torch.Tensor, k: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, out: torch.Tensor, scale: float
+) -> None:
+    """Run the score kernel on ``q [nb, nq, 4, 128]``, ``k [nb, nk, 128]``, ``out [nb, nq, nk]``."""
+    nb, nq, nk = out.shape
+    if out.numel() == 0:
+        return
+    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype])
+    row_tiles = nb * -(-nq // mqa_score_kernel.BLOCK_ROWS)
+    key_tiles = -(-nk // mqa_score_kernel.BLOCK_KEYS)
+    per_cta, kgrid = _score_grid(row_tiles, key_tiles, _sm_count(q.device.index))
+    kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), per_cta, kgrid, float(scale))
+
+
+def mqa_prefill(plan: MQAPrefillPlan) -> None:
+    """Native ``qsa_mqa_prefill``: writes ``plan.out [rows, keys]`` (FP32)."""
+    _launch_score(
+        plan.q.unsqueeze(0),
+        plan.k.unsqueeze(0),
+        plan.row_starts.unsqueeze(0),
+        plan.row_ends.unsqueeze(0),
+        plan.out.unsqueeze(0),
+        plan.scale,
+    )
+
+
+def indexer_intervals(plan: IndexerScorePlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """Visible block interval ``[0, end)`` of every padded query row, on the device.
+
+    Returns ``(starts, ends)``, each ``[B, Q]`` int32 (``starts`` is a broadcast zero).
+    Block ``j`` is visible iff ``(j + 1) * block_size - 1 <= pos``, i.e.
+    ``j < floor((pos + 1) / block_size)``; rows at local index ``>= seq_lens_q[b]`` see nothing.
+    """
+    batch, q_len, width = plan.result.shape
+    device = plan.result.device
+    local = torch.arange(q_len, device=device, dtype=torch.int64)
+    pos = local if plan.query_positions is None else plan.query_positions.view(batch, q_len).long()
+    ends = torch.div(pos + 1, plan.block_size, rounding_mode="floor").clamp_(0, width).expand(batch, q_len)
+    if plan.seq_lens_q is not None:
+        ends = torch.where(local[None, :] < plan.seq_lens_q.long()[:, None], ends, 0)
+    starts = torch.zeros((1, 1), dtype=torch.int32, device=device).expand(batch, q_len)
+    return starts, ends.to(torch.int32)
+
+
+def indexer_score(plan: IndexerScorePlan) -> None:
+    """Native padded ``qsa_indexer_mqa_score``: writes ``plan.result [B, Q, N_B]`` (FP32)."""
+    batch, q_len, _ = plan.result.shape
+    if plan.result.numel() == 0:
+        return
+    q = plan.q if plan.q.dim() == 4 else plan.q.view(batch, q_len, *plan.q.shape[-2:])
+    starts, ends = indexer_intervals(plan)
+    _launch_score(q, plan.block_keys, starts, ends, plan.result, plan.scale)
+
+
+def mqa_decode(plan: MQADecodePlan) -> None:
+    """Native paged ``qsa_mqa_decode``: writes ``plan.out [B, max_model_len]`` (FP32)."""
+    out, cache, table = plan.out, plan.k_cache, plan.page_table
+    if out.numel() == 0:
+        return
+    if cache.shape[0] == 0 or table.shape[1] == 0:
+        # No page can be valid: every score is -inf (and there is nothing to bind).
+        out.fill_(float("-inf"))
+        return
+    k_vec = vector_ok(cache)
+    kernel = _kernel(mqa_decode_kernel.decode_kernel, out.device, _DTYPES[cache.dtype], plan.page_size, k_vec)
+    k_s8 = strides8(cache) if k_vec else [0, 0]
+    kernel(plan.q, cache, table, plan.context_lens, out, *k_s8, float(plan.scale))

@@ -1,0 +1,139 @@
+"""Packed-rows MQA score kernel: ``out[b, r, j] = scale * sum_h relu(q[b, r, h] . k[b, j])``.
+
+One kernel serves ``qsa_mqa_prefill`` (``nb == 1``: packed rows over shared keys) and the
+padded ``qsa_indexer_mqa_score`` (``nb`` requests, each with its own keys, causal intervals
+computed on the device by the launcher). Key ``j`` of row ``r`` is visible iff
+``starts[b, r] <= j < ends[b, r]``; every other element gets ``-inf`` from this same kernel.
+
+Schedule: a CTA keeps ``BN`` query rows x 4 heads resident in shared memory and walks a
+contiguous range of ``BM``-key tiles. Per tile, four ``BN x BM x 128`` GEMMs (one per
+head, query rows on the MMA's M side, keys on N) accumulate ``relu`` into one FP32
+register tile, which is masked, scaled and staged through shared memory so the global
+store is row-contiguous (coalesced along keys). Tiles that no row of the CTA can see skip
+the loads and the GEMMs and only store ``-inf``. Rows on the M side rather than keys
+(QSA-DESIGN.md §4 suggests keys on M) because prefill always has many rows and the output
+is key-contiguous: this orientation gives coalesced stores, and the decode kernel, which has
+a single row, swaps.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+from typing import Any
+
+# Tile constants per specialization; all sizes and strides are runtime.
+BLOCK_ROWS = 64
+BLOCK_KEYS = 64
+THREADS = 128
+INT_MAX = 2**31 - 1
+
+
+def score_kernel(dtype: str, block_rows: int = BLOCK_ROWS, block_keys: int = BLOCK_KEYS, threads: int = THREADS) -> Any:
+    """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
+
+    Runtime arguments
+    -----------------
+    q_raw : [nb, nq, 4, 128] ``dtype``, strides (sq0, sq1, sq2, 1), 16-byte aligned.
+    k_raw : [nb, nk, 128] ``dtype``, strides (sk0, sk1, 1), 16-byte aligned.
+    starts, ends : [nb, nq] int32 (any strides): visible key interval per row.
+    out : [nb, nq, nk] float32, contiguous.
+    q_s8, k_s8 : the outer strides of q and k divided by 8 (0 for size-1 axes).
+    tiles_per_cta : int32, key tiles walked by one CTA (grid y = ceil(tiles / tiles_per_cta)).
+    scale : float32 multiplier.
+    """
+    import tilelang.language as T
+
+    from ._mqa_macros import DIM, HEADS, neg_inf, vec_view
+
+    BN, BM = block_rows, block_keys
+    nwarps = threads // 32
+    nb, nq, nk = T.dynamic("nb nq nk")
+    sq0, sq1, sq2, sk0, sk1, sr0, sr1, se0, se1 = T.dynamic("sq0 sq1 sq2 sk0 sk1 sr0 sr1 se0 se1", "int64")
+
+    @T.macro
+    def head_gemm(Q_s, K_s, acc, total, h: int):
+        T.gemm(Q_s[h * BN : (h + 1) * BN, :], K_s, acc, transpose_B=True, clear_accum=True)
+        for r, c in T.Parallel(BN, BM):
+            total[r, c] += T.max(acc[r, c], 0)
+
+    @T.prim_func
+    def mqa_score(
+        q_raw: T.StridedTensor((nb, nq, HEADS, DIM), (sq0, sq1, sq2, 1), dtype),
+        k_raw: T.StridedTensor((nb, nk, DIM), (sk0, sk1, 1), dtype),
+        starts: T.StridedTensor((nb, nq), (sr0, sr1), "int32"),
+        ends: T.StridedTensor((nb, nq), (se0, se1), "int32"),
+        out: T.Tensor((nb, nq, nk), "float32"),
+        q_s80: T.int64,
+        q_s81: T.int64,
+        q_s82: T.int64,
+        k_s80: T.int64,
+        k_s81: T.int64,
+        tiles_per_cta: T.int32,
+        kgrid_: T.int32,
+        scale: T.float32,
+    ):
+        with T.Kernel(T.ceildiv(nq, BN), kgrid_, nb, threads=threads) as (bx, by, bz):
+            q = vec_view(q_raw, (q_s80, q_s81, q_s82))
+            k = vec_view(k_raw, (k_s80, k_s81))
+            Q_s = T.alloc_shared((HEADS * BN, DIM), dtype)
+            K_s = T.alloc_shared((BM, DIM), dtype)
+            # +8 floats per row: the fragment writes O_s in 8-row groups; the pad spreads them over banks.
+            O_s = T.alloc_shared((BN, BM + 8), "float32")
+            lo_s = T.alloc_shared((BN,), "int32", scope="shared")
+            hi_s = T.alloc_shared((BN,), "int32", scope="shared")
+            red_s = T.alloc_shared((2 * nwarps,), "int32", scope="shared")
+            acc = T.alloc_fragment((BN, BM), "float32")
+            total = T.alloc_fragment((BN, BM), "float32")
+            lo = T.alloc_var("int32")
+            hi = T.alloc_var("int32")
+            tx = T.get_thread_binding()
+            row0 = bx * BN
+
+            # Row intervals; rows past nq and empty intervals see nothing.
+            lo = INT_MAX
+            hi = 0
+            if tx < BN:
+                if row0 + tx < nq:
+                    if starts[bz, row0 + tx] < ends[bz, row0 + tx]:
+                        lo = starts[bz, row0 + tx]
+                        hi = ends[bz, row0 + tx]
+                lo_s[tx] = lo
+                hi_s[tx] = hi
+            lo = T.warp_reduce_min(lo)
+            hi = T.warp_reduce_max(hi)
+            if tx % 32 == 0:
+                red_s[tx // 32] = lo
+                red_s[nwarps + tx // 32] = hi
+            T.sync_threads()
+            lo = red_s[0]
+            hi = red_s[nwarps]
+            for w in T.serial(1, nwarps):
+                lo = T.min(lo, red_s[w])
+                hi = T.max(hi, red_s[nwarps + w])
+
+            for h in T.serial(HEADS):
+                for r, d in T.Parallel(BN, DIM):
+                    Q_s[h * BN + r, d] = q[bz, row0 + r, h, d]
+
+            ntiles = T.ceildiv(nk, BM)
+            for t in T.serial(by * tiles_per_cta, T.min((by + 1) * tiles_per_cta, ntiles)):
+                k0 = t * BM
+                if k0 < hi and k0 + BM > lo:
+                    T.copy(k[bz, k0, 0], K_s, disable_tma=True)
+                    T.clear(total)
+                    head_gemm(Q_s, K_s, acc, total, 0)
+                    head_gemm(Q_s, K_s, acc, total, 1)
+                    head_gemm(Q_s, K_s, acc, total, 2)
+                    head_gemm(Q_s, K_s, acc, total, 3)
+                    for r, c in T.Parallel(BN, BM):
+                        O_s[r, c] = T.if_then_else(
+                            (k0 + c >= lo_s[r]) & (k0 + c < hi_s[r]), total[r, c] * scale, neg_inf()
+                        )
+                else:
+                    for r, c in T.Parallel(BN, BM):
+                        O_s[r, c] = neg_inf()
+                for r, c in T.Parallel(BN, BM):
+                    if row0 + r < nq and k0 + c < nk:
+                        out[bz, row0 + r, k0 + c] = O_s[r, c]
+                # The next tile rewrites O_s (the -inf branch has no barrier of its own).
+                T.sync_threads()
+
+    return mqa_score

@@ -1,0 +1,56 @@
+"""Every MQA kernel specialization compiles for sm_90a (no GPU needed: tilelang + nvcc).
+
+Specializations: score kernel x {bf16, fp16}; decode kernel x {bf16, fp16} x page size
+{8, 16, 32, 64} on the vector path. The element-load decode path (unaligned k_cache) differs
+only in its load code, so two of its specializations (both dtypes, both page-size extremes)
+are compiled to keep the CPU suite short.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.compile
+
+DTYPES = ("bfloat16", "float16")
+PAGE_SIZES = (8, 16, 32, 64)
+
+
+def _source(kernel) -> str:
+    src = kernel.get_kernel_source()
+    assert "__global__" in src
+    return src
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_score_kernel_compiles(dtype: str) -> None:
+    from mate_kernels_musa import mqa_score_kernel
+    from mate_kernels_musa._build import build
+
+    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", dtype))
+    # Hopper path: warpgroup MMA and 16-byte vector loads of Q and K.
+    assert "wgmma" in src
+    assert "uint4" in src
+
+
+DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]
+
+
+@pytest.mark.parametrize(("dtype", "page_size", "k_vec"), DECODE_SPECS)
+def test_decode_kernel_compiles(dtype: str, page_size: int, k_vec: bool) -> None:
+    from mate_kernels_musa import mqa_decode_kernel
+    from mate_kernels_musa._build import build
+
+    src = _source(build(mqa_decode_kernel.decode_kernel, "cuda-sm90a", dtype, page_size, k_vec))
+    assert ("uint4" in src) == k_vec
+
+
+def test_import_does_not_import_tilelang() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mate_kernels_musa, mate_kernels_musa.mqa_score_kernel, mate_kernels_musa.mqa_decode_kernel; "
+        "assert 'tilelang' not in sys.modules, 'tilelang imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=None)
