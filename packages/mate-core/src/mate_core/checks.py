@@ -188,7 +188,8 @@ def _positive_float(name: str, x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise MateTypeError(f"{name}: got {describe(x)}; expected a positive float")
     value = float(x)
-    if not math.isfinite(value) or value <= 0.0:
+    # A comparison, not math.isfinite(): under torch.compile a float argument can be a SymFloat.
+    if not abs(value) < math.inf or value <= 0.0:
         raise MateValueError(f"{name}: got {x!r}; expected a finite positive float")
     return value
 
