@@ -1,0 +1,76 @@
+"""TileLang macros shared by the sparse-attention kernels.
+
+No ``from __future__ import annotations`` here: TileLang reads macro annotations.
+"""
+
+from typing import Any
+
+__all__ = ["row_mode", "resolve_row_limit"]
+
+
+class row_mode:
+    """How a query row finds its request (the kernel's runtime ``mode`` argument)."""
+
+    PADDED = 0  # row r is request r // q_len at local index r % q_len
+    CU_SEQLENS = 1  # binary search of cu_seqlens_q
+    PER_ROW = 2  # a [3, rows] table (request, local index, row count) from the launcher
+
+
+def resolve_row_limit() -> Any:
+    """Build the macro ``resolve(r, ...) -> (req, lim)``.
+
+    ``req`` is the row's request clamped into ``[0, R)`` (safe for block-table reads)
+    and ``lim`` the last usable request-local token id: a selected id ``t`` is used iff
+    ``0 <= t <= lim`` (and its page is valid). ``lim`` folds in the causal position
+    (``query_positions`` or ``seq_len_k - seq_len_q + local``), ``seq_len_k`` and the KV
+    capacity; padded rows (local index outside ``[0, seq_len_q)`` or request id out of
+    range) get ``lim = -1``. All loads are scalar and uniform across the CTA.
+    """
+    import tilelang.language as T
+
+    @T.macro
+    def resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp):
+        req = T.alloc_var("int32", init=0)
+        loc = T.alloc_var("int32", init=0)
+        cnt = T.alloc_var("int32", init=0)
+        lim = T.alloc_var("int32", init=-1)
+        if mode == row_mode.PADDED:
+            req = r // q_len
+            loc = r % q_len
+            cnt = q_len
+        elif mode == row_mode.CU_SEQLENS:
+            # Largest b in [0, R) with cu[b] <= r (= searchsorted(cu[1:], r, right=True)).
+            lo = T.alloc_var("int32", init=0)
+            hi = T.alloc_var("int32", init=n_req)
+            for _ in T.serial(n_iter):
+                mid = (lo + hi) // 2
+                if hi - lo > 1:
+                    if CU[mid] <= r:
+                        lo = mid
+                    else:
+                        hi = mid
+            req = lo
+            loc = r - CU[lo]
+            cnt = CU[lo + 1] - CU[lo]
+        else:
+            req = R3[0, r]
+            loc = R3[1, r]
+            cnt = R3[2, r]
+        valid = T.alloc_var("int32", init=0)
+        if req >= 0 and req < n_req and loc >= 0:
+            valid = 1
+        req = T.min(T.max(req, 0), n_req - 1)
+        slq = T.alloc_var("int32", init=cnt)
+        if has_slq != 0:
+            slq = SLQ[req]
+        slk = T.alloc_var("int32", init=cap)
+        if has_slk != 0:
+            slk = SLK[req]
+        pos = T.alloc_var("int32", init=slk - slq + loc)
+        if has_qp != 0:
+            pos = QP[r]
+        if valid != 0 and loc < slq:
+            lim = T.min(pos, T.min(slk, cap) - 1)
+        return req, lim
+
+    return resolve

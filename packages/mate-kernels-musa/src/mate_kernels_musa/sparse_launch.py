@@ -1,0 +1,189 @@
+"""Launcher of native sparse attention (``qsa_sparse_attention``, paged logical path).
+
+``sparse_attention(plan)`` takes a plan validated by ``mate_core.plan_sparse_attention``
+(no validation here), picks the schedule (:mod:`.sparse_schedule`), binds the plan's
+tensors with their runtime strides and launches two kernels on the current stream:
+
+1. :mod:`.sparse_paged_kernel` - FP32 partial outputs and LSE per split;
+2. :mod:`.sparse_merge_kernel` - combines the splits, applies the gate, writes
+   ``plan.out`` (any strided view) and ``plan.lse``.
+
+Row metadata (request, position, lengths) is resolved inside the paged kernel from
+``q_len`` (padded queries) or ``cu_seqlens_q``; only ``token_to_req`` needs a short
+prelude of capturable torch ops (first row and row count of each request). Nothing
+here reads device memory or syncs; the only allocations are the FP32 partials (and
+that prelude) from the caching allocator, so warmed-up calls can be captured in a
+CUDA graph and replayed with new metadata values.
+
+Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
+cache with one page of ``S`` slots per request.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from mate_core.arch import native_target_for
+from mate_core.errors import BackendUnavailableError
+from mate_core.plans import SparseAttentionPlan
+
+from . import sparse_merge_kernel, sparse_paged_kernel
+from ._build import build
+from ._sparse_macros import row_mode
+from .sparse_schedule import Schedule, choose_schedule
+from .target import profile_for
+
+__all__ = ["sparse_attention", "schedule_for", "MERGE_THREADS"]
+
+_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+VEC = 8  # elements per 16-byte K/V access
+MERGE_THREADS = 64
+_INT32_LIMIT = 2**31 - 64  # K/V offsets (16-byte units, + one row of slack) must stay below this
+
+
+@functools.cache
+def _profile(device: torch.device) -> str:
+    return profile_for(native_target_for(device)).name
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.cache
+def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
+    """1-element placeholders bound where a call lacks optional metadata (flagged off)."""
+    return {
+        "int": torch.zeros(1, dtype=torch.int32, device=device),
+        "r3": torch.zeros(3, 1, dtype=torch.int32, device=device),
+        "float32": torch.zeros(1, dtype=torch.float32, device=device),
+    }
+
+
+def _dev(t: torch.Tensor) -> torch.device:
+    """The tensor's device with an explicit index (cache key)."""
+    d = t.device
+    return d if d.index is not None or d.type == "cpu" else torch.device(d.type, torch.cuda.current_device())
+
+
+def _flat16(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """A K/V view as ``[n, 8]`` 16-byte rows from its first element, plus its outer strides in rows.
+
+    The validated layout (unit feature stride, 16-byte aligned data pointer, outer strides of
+    size > 1 axes multiples of 8 elements) makes every element offset a multiple of 8; axes of
+    size 1 are never indexed past 0, so their stride is reported as 0.
+    """
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+    flat = t.as_strided((span // VEC, VEC), (VEC, 1))
+    return flat, [t.stride(a) // VEC if t.shape[a] > 1 else 0 for a in range(t.dim() - 1)]
+
+
+def schedule_for(plan: SparseAttentionPlan) -> Schedule:
+    """The schedule ``sparse_attention`` uses for ``plan`` (exposed for tests and benchmarks)."""
+    hkv = plan.key.shape[-2]
+    return choose_schedule(plan.rows, hkv, plan.token_indices.shape[1], plan.num_splits, _sm_count(_dev(plan.query)))
+
+
+def _paged_kv(plan: SparseAttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``(key, value, block_table, page_size)`` in paged form."""
+    if plan.kv_layout == "paged":
+        return plan.key, plan.value, plan.block_table, plan.page_size
+    if plan.kv_layout == "padded":
+        nreq = plan.key.shape[0]
+        table = torch.arange(nreq, dtype=torch.int32, device=plan.key.device).view(nreq, 1)
+        return plan.key, plan.value, table, plan.key.shape[1]
+    raise BackendUnavailableError(
+        f"backend='tilelang' has no native kernel for {plan.kv_layout!r} K/V in sparse attention yet; "
+        "pass backend='reference'"
+    )
+
+
+def _per_row_table(plan: SparseAttentionPlan) -> torch.Tensor:
+    """``[3, rows]`` int32 (request id, local index, row count of the request) from token_to_req.
+
+    Rows of one request are contiguous; the local index counts from its first row. Ids outside
+    ``[0, R)`` go to a spare bucket ``R`` (the kernel treats them as padded rows).
+    """
+    req = plan.token_to_req.reshape(-1).to(torch.int64)
+    nreq, rows = plan.num_requests, req.numel()
+    r = torch.arange(rows, dtype=torch.int64, device=req.device)
+    bucket = torch.where((req >= 0) & (req < nreq), req, torch.full_like(req, nreq))
+    first = torch.full((nreq + 1,), rows, dtype=torch.int64, device=req.device)
+    first.scatter_reduce_(0, bucket, r, reduce="amin")
+    count = torch.zeros(nreq + 1, dtype=torch.int64, device=req.device)
+    count.scatter_add_(0, bucket, torch.ones_like(r))
+    return torch.stack((req, r - first[bucket], count[bucket])).to(torch.int32)
+
+
+def _row_args(plan: SparseAttentionPlan, capacity: int) -> list[Any]:
+    """Row-metadata kernel arguments: CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_*."""
+    dummy = _dummies(_dev(plan.query))
+    cu, r3 = dummy["int"], dummy["r3"]
+    if plan.padded:
+        mode = row_mode.PADDED
+    elif plan.cu_seqlens_q is not None:
+        mode, cu = row_mode.CU_SEQLENS, plan.cu_seqlens_q
+    else:
+        mode, r3 = row_mode.PER_ROW, _per_row_table(plan)
+    opt = [plan.seq_lens_q, plan.seq_lens_k, plan.query_positions]
+    tensors = [t.reshape(-1) if t is not None else dummy["int"] for t in opt]
+    flags = [int(t is not None) for t in opt]
+    n_iter = max(1, plan.num_requests.bit_length())
+    # Capacities past int32 cannot be addressed by int32 token ids anyway.
+    cap = min(capacity, 2**31 - 1)
+    return [cu, r3, *tensors, mode, plan.q_len, n_iter, cap, *flags]
+
+
+def _gate_view(plan: SparseAttentionPlan) -> tuple[torch.Tensor, int, str]:
+    """``(GATE [rows, Hq, D] view, has_gate, gate dtype name)``; a per-head gate gets stride 0 on D."""
+    rows, hq, dim = plan.query.shape
+    gate = plan.gate
+    if gate is None:
+        return _dummies(_dev(plan.query))["float32"].expand(rows, hq, dim), 0, "float32"
+    if gate.dim() == 2:
+        gate = gate.unsqueeze(-1).expand(rows, hq, dim)
+    return gate, 1, _DTYPES[gate.dtype]
+
+
+def sparse_attention(plan: SparseAttentionPlan) -> None:
+    """Native paged sparse attention; writes ``plan.out`` and ``plan.lse`` (when not None).
+
+    Parameters
+    ----------
+    plan : SparseAttentionPlan
+        From ``mate_core.plan_sparse_attention`` with ``backend="tilelang"``: query
+        ``[rows, Hq, 256]`` BF16/FP16, paged (or padded) K/V, int32 ``token_indices``
+        ``[rows, T]`` and int32 metadata.
+    """
+    key, value, table, page_size = _paged_kv(plan)
+    q = plan.query
+    rows, hq, dim = q.shape
+    if rows == 0:
+        return
+    device = _dev(q)
+    pages, hkv = key.shape[0], key.shape[-2]
+    sched = schedule_for(plan)
+    tile = sched.tile
+    kf, (kp, ks, kh) = _flat16(key)
+    vf, (vp, vs, vh) = _flat16(value)
+    wide = max(kf.shape[0], vf.shape[0]) >= _INT32_LIMIT
+    dtype = _DTYPES[q.dtype]
+    profile = _profile(device)
+    main = build(sparse_paged_kernel.sparse_paged_kernel, profile, hq // hkv, dtype, tile.block_n, tile.threads,
+                 tile.chunk_blocks, tile.num_stages, tile.min_blocks, wide)  # fmt: skip
+    gate, has_gate, gate_dtype = _gate_view(plan)
+    merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
+
+    part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
+    part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
+    main(q, kf, vf, plan.token_indices, table, part_o, part_l, *_row_args(plan, table.shape[1] * page_size),
+         pages, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale))  # fmt: skip
+    lse = plan.lse
+    has_lse = int(lse is not None)
+    if lse is None:
+        lse = _dummies(device)["float32"].expand(rows, hq)
+    merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)

@@ -1,0 +1,213 @@
+"""Paged sparse attention, one (query row, KV head, split) per CTA, FP32 partials out.
+
+Each CTA takes one query row, one KV head (its ``group`` Q heads, padded to a
+16-row tile in shared memory only: global Q/O use the logical heads) and one
+contiguous share of the row's selection slots, and runs
+gather -> QK (mma m16) -> online softmax (exp2, FP32) -> PV. It writes the
+normalized FP32 partial output and its natural-log LSE; the merge kernel
+(:mod:`.sparse_merge_kernel`) combines the splits (one split is the unsplit
+schedule), applies the sigmoid gate and writes ``out``/``lse``.
+
+Masking follows ``semantics.md``. The row's request and last usable token id
+``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
+iff ``0 <= t <= lim`` and its page ``block_table[req, t // page_size]`` is in
+``[0, pages)``. The CTA resolves ``CH`` slots at a time into K/V row offsets in
+shared memory; a masked slot gets the offset one past the end of K/V, so the
+compiler's bounds predicate turns its 16-byte ``cp.async`` into a zero fill (no
+read, and no ``0 * NaN`` from an unused cache row) and its score is set to -inf.
+
+K/V are passed as flat ``[n, 8]`` views (16-byte rows) with their page/slot/head
+strides in 16-byte units as runtime int64 scalars, so any validated K/V view
+(unit, 16-byte aligned feature stride) is addressed without a recompile. Every
+length, count and stride is a runtime value; the compile-time constants are the
+group size, the dtype, the schedule's tile sizes and the offset width.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+from typing import Any
+
+from ._sparse_macros import resolve_row_limit
+
+__all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
+
+HEAD_TILE = 16  # mma m16: a group of <= 16 Q heads is padded to 16 rows in shared memory
+DIM = 256
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+M_INIT = -1.0e30  # finite running-max start: exp2(-inf - M_INIT) = 0, never inf - inf
+
+
+def sparse_paged_kernel(
+    group: int,
+    dtype: str,
+    block_n: int,
+    threads: int,
+    chunk_blocks: int,
+    num_stages: int,
+    min_blocks: int,
+    wide: bool,
+) -> Any:
+    """Build the prim_func of one specialization.
+
+    Parameters
+    ----------
+    group : int
+        Q heads per KV head (1..16).
+    dtype : str
+        "bfloat16" or "float16" (Q, K, V).
+    block_n : int
+        Selection slots per inner iteration (the N of the QK tile).
+    threads : int
+        Threads per CTA (each warp needs >= 8 of the ``block_n`` columns).
+    chunk_blocks : int
+        Inner iterations whose slots are resolved at once into shared memory.
+    num_stages : int
+        Software-pipelining depth of the gather.
+    min_blocks : int
+        ``__launch_bounds__`` minimum CTAs per SM (caps registers; 1 = no cap).
+    wide : bool
+        int64 K/V offsets (K or V views spanning >= 2^31 16-byte rows); else int32.
+
+    Kernel arguments
+    ----------------
+    Q [rows, Hq, D] dtype (runtime strides); KF, VF [nk, 8] / [nv, 8] dtype: K/V storage
+    from their first element in 16-byte rows; TI [rows, T] int32 token ids; BT [R, max_pages]
+    int32 block table; OP [splits, rows, Hq, D] float32 normalized partial outputs;
+    LP [splits, rows, Hq] float32 partial LSE (natural log, -inf when empty); CU [R+1] int32 cu_seqlens_q; R3 [3, rows] int32 per-row (request,
+    local index, row count); SLQ / SLK [R] int32 lengths; QP [rows] int32 positions (the
+    metadata a call lacks is a 1-element dummy, flagged off). Scalars: row mode, q_len, binary-search steps,
+    KV capacity (max_pages * page_size), the has_* flags, pages, page_size, Hkv, the K/V
+    page/slot/head strides in 16-byte units, scale.
+    """
+    import tilelang.language as T
+
+    G = group
+    H = HEAD_TILE
+    D = DIM
+    BN = block_n
+    CH = block_n * chunk_blocks
+    acc = "float32"
+    off_t = "int64" if wide else "int32"
+    resolve = resolve_row_limit()
+
+    rows, hq, n_tok, n_req, max_pages, splits, nk, nv = T.dynamic(
+        "rows, hq, n_tok, n_req, max_pages, splits, nk, nv"
+    )
+    n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
+    sq = T.dynamic("sq0, sq1, sq2", "int64")
+    st = T.dynamic("st0, st1", "int64")
+    sb = T.dynamic("sb0, sb1", "int64")
+    s_cu, s_slq, s_slk, s_qp = T.dynamic("s_cu, s_slq, s_slk, s_qp", "int64")
+
+    @T.prim_func
+    def main(
+        Q: T.StridedTensor([rows, hq, D], sq, dtype),
+        KF: T.Tensor([nk, 8], dtype),
+        VF: T.Tensor([nv, 8], dtype),
+        TI: T.StridedTensor([rows, n_tok], st, "int32"),
+        BT: T.StridedTensor([n_req, max_pages], sb, "int32"),
+        OP: T.Tensor([splits, rows, hq, D], acc),
+        LP: T.Tensor([splits, rows, hq], acc),
+        CU: T.StridedTensor([n_cu], [s_cu], "int32"),
+        R3: T.Tensor([3, n_r3], "int32"),
+        SLQ: T.StridedTensor([n_slq], [s_slq], "int32"),
+        SLK: T.StridedTensor([n_slk], [s_slk], "int32"),
+        QP: T.StridedTensor([n_qp], [s_qp], "int32"),
+        mode: T.int32,
+        q_len: T.int32,
+        n_iter: T.int32,
+        cap: T.int32,
+        has_slq: T.int32,
+        has_slk: T.int32,
+        has_qp: T.int32,
+        pages: T.int32,
+        page_size: T.int32,
+        hkv: T.int32,
+        kp: T.int64,
+        ks: T.int64,
+        kh: T.int64,
+        vp: T.int64,
+        vs: T.int64,
+        vh: T.int64,
+        scale: T.float32,
+    ):
+        with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
+            q_s = T.alloc_shared([H, D], dtype)
+            k_s = T.alloc_shared([BN, D], dtype)
+            v_s = T.alloc_shared([BN, D], dtype)
+            p_s = T.alloc_shared([H, BN], dtype)
+            # Plain (static) shared memory: the dynamic pool would put a barrier before every copy.
+            koff_s = T.alloc_shared([CH], off_t, scope="shared")
+            voff_s = T.alloc_shared([CH], off_t, scope="shared")
+
+            acc_s = T.alloc_fragment([H, BN], acc)
+            acc_o = T.alloc_fragment([H, D], acc)
+            m_i = T.alloc_fragment([H], acc)
+            m_prev = T.alloc_fragment([H], acc)
+            l_i = T.alloc_fragment([H], acc)
+            l_blk = T.alloc_fragment([H], acc)
+            alpha = T.alloc_fragment([H], acc)
+
+            req, lim = resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
+            # This split's share of the row's BN-slot blocks: [blk0, blk1).
+            n_blk = T.ceildiv(n_tok, BN)
+            per = T.ceildiv(n_blk, splits)
+            blk0 = T.alloc_var("int32", init=s * per)
+            blk1 = T.alloc_var("int32", init=T.min(n_blk, s * per + per))
+            tok1 = T.alloc_var("int32", init=T.min(n_tok, blk1 * BN))
+            k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
+            v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
+            sl2 = scale * LOG2E
+
+            for g, d in T.Parallel(H, D):
+                q_s[g, d] = T.if_then_else(g < G, Q[r, hk * G + T.min(g, G - 1), d], 0)
+            T.fill(acc_o, 0)
+            T.fill(l_i, 0)
+            T.fill(m_i, M_INIT)
+
+            for c in T.serial(T.ceildiv(T.max(blk1 - blk0, 0), chunk_blocks)):
+                cb = blk0 + c * chunk_blocks
+                for j in T.Parallel(CH):
+                    tok = cb * BN + j
+                    t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
+                    used = (t >= 0) & (t <= lim)
+                    pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
+                    good = used & (pg >= 0) & (pg < pages)
+                    sl = T.max(t, 0) % page_size
+                    koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
+                    voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+
+                for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
+                    for j, d in T.Parallel(BN, D):
+                        k_s[j, d] = KF[koff_s[k * BN + j] + d // 8, d % 8]
+                    for j, d in T.Parallel(BN, D):
+                        v_s[j, d] = VF[voff_s[k * BN + j] + d // 8, d % 8]
+                    T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
+                    for g, j in T.Parallel(H, BN):
+                        acc_s[g, j] = T.if_then_else(koff_s[k * BN + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
+                    T.copy(m_i, m_prev)
+                    T.reduce_max(acc_s, m_i, dim=1, clear=False)
+                    for g in T.Parallel(H):
+                        alpha[g] = T.exp2(m_prev[g] - m_i[g])
+                    for g, j in T.Parallel(H, BN):
+                        acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
+                    T.reduce_sum(acc_s, l_blk, dim=1)
+                    for g in T.Parallel(H):
+                        l_i[g] = l_i[g] * alpha[g] + l_blk[g]
+                    for g, d in T.Parallel(H, D):
+                        acc_o[g, d] = acc_o[g, d] * alpha[g]
+                    T.copy(acc_s, p_s)
+                    T.gemm(p_s, v_s, acc_o)
+
+            for g, d in T.Parallel(H, D):
+                if g < G:
+                    OP[s, r, hk * G + g, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
+            for g in T.Parallel(H):
+                if g < G:
+                    LP[s, r, hk * G + g] = T.if_then_else(
+                        l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
+                    )
+
+    return main

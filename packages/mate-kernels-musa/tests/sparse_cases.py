@@ -1,0 +1,270 @@
+"""Random paged sparse-attention problems for the native-kernel tests (CPU and GPU).
+
+``random_case(gen, ...)`` draws one ``qsa_sparse_attention`` call on the paged logical
+path: ragged requests (decode and prefill sized), flattened (``cu_seqlens_q`` or
+``token_to_req`` with padded rows) or padded ``[B, Q]`` queries, shuffled physical pages
+with -1 and out-of-range block-table entries, selections with -1 padding, duplicates,
+future ids and ids past ``seq_len_k``, optional ``seq_lens_q`` / ``seq_lens_k`` /
+``query_positions``, gates of both shapes and dtypes, LSE buffers and strided ``out``
+views. Every K/V slot that no row may use holds NaN, so any read of a masked token
+shows up in the output. Data are random normals, never zeros.
+
+Loaded by file path (the test suite uses ``--import-mode=importlib``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+DIM = 256
+SPLITS = (None, 1, 2, 7, 64)
+
+
+@dataclass
+class Case:
+    """Keyword arguments of ``plan_sparse_attention`` plus what the checks need."""
+
+    kwargs: dict[str, Any]
+    out_base: torch.Tensor | None = None  # storage around a strided ``out`` view
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def to(self, device: torch.device | str) -> Case:
+        moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.kwargs.items()}
+        base = None if self.out_base is None else self.out_base.to(device)
+        if base is not None:
+            moved["out"] = base.as_strided(self.kwargs["out"].shape, self.kwargs["out"].stride(),
+                                           self.kwargs["out"].storage_offset())  # fmt: skip
+        return Case(moved, base, dict(self.notes))
+
+
+def _pick(gen: torch.Generator, options: Any) -> Any:
+    return options[int(torch.randint(len(options), (1,), generator=gen))]
+
+
+def _randint(gen: torch.Generator, lo: int, hi: int, *shape: int) -> torch.Tensor:
+    """Uniform integers in [lo, hi] (inclusive), int64."""
+    return torch.randint(lo, hi + 1, shape or (1,), generator=gen)
+
+
+def _selection(gen: torch.Generator, pos: int, seq_len_k: int, width: int, canonical: bool) -> torch.Tensor:
+    """One row's token ids, int64 ``[width]``: visible ids, -1 pads, duplicates, future/late ids."""
+    if canonical:
+        # QSA shape: random visible 4-token blocks + the tail of the query's own block.
+        nblk = max((pos + 1) // 4, 0)
+        take = min(nblk, (width - 3) // 4)
+        blocks = torch.randperm(max(nblk, 1), generator=gen)[:take] if nblk else torch.empty(0, dtype=torch.long)
+        ids = (blocks[:, None] * 4 + torch.arange(4)).reshape(-1)
+        tail = torch.arange((pos + 1) // 4 * 4, pos + 1) if pos >= 0 else torch.empty(0, dtype=torch.long)
+        ids = torch.cat([ids, tail])
+    else:
+        n = int(_randint(gen, 0, width))
+        hi = max(pos, 0)
+        ids = _randint(gen, 0, hi, n) if n else torch.empty(0, dtype=torch.long)
+        # Some future ids, ids past seq_len_k and duplicates.
+        if n:
+            k = int(_randint(gen, 0, max(n // 8, 1)))
+            ids[torch.randperm(n, generator=gen)[:k]] = _randint(gen, pos + 1, pos + 1 + 4 * seq_len_k + 8, k)
+            k = int(_randint(gen, 0, max(n // 8, 1)))
+            if k and n > 1:
+                src = torch.randperm(n, generator=gen)[:k]
+                dst = torch.randperm(n, generator=gen)[:k]
+                ids[dst] = ids[src]
+    out = torch.full((width,), -1, dtype=torch.long)
+    ids = ids[:width]
+    out[: ids.numel()] = ids[torch.randperm(ids.numel(), generator=gen)]
+    # A few -1 holes in the middle.
+    holes = torch.rand(width, generator=gen) < 0.05
+    out[holes] = -1
+    return out
+
+
+def _paged_cache(gen, n_req, max_pages, page_size, hkv, dtype, bad_pages):
+    """Shuffled block table (with -1 / out-of-range entries) and NaN-filled spare pages."""
+    used = n_req * max_pages
+    pages = used + int(_randint(gen, 1, 8))
+    table = torch.randperm(pages, generator=gen)[:used].view(n_req, max_pages)
+    if bad_pages:
+        bad = torch.rand(n_req, max_pages, generator=gen) < 0.1
+        junk = torch.where(torch.rand(n_req, max_pages, generator=gen) < 0.5, -1, pages + 3)
+        table = torch.where(bad, junk, table)
+    key = torch.randn(pages, page_size, hkv, DIM, generator=gen).to(dtype)
+    value = torch.randn(pages, page_size, hkv, DIM, generator=gen).to(dtype)
+    live = torch.zeros(pages, dtype=torch.bool)
+    live[table[(table >= 0) & (table < pages)]] = True
+    key[~live] = float("nan")
+    value[~live] = float("nan")
+    return key, value, table.to(torch.int32), pages
+
+
+def _poison_tail(key, value, table, seq_lens_k, page_size):
+    """NaN in every slot at or past seq_len_k of each request's pages (never usable)."""
+    pages = key.shape[0]
+    for b in range(table.shape[0]):
+        for p in range(table.shape[1]):
+            page = int(table[b, p])
+            if not 0 <= page < pages:
+                continue
+            first = int(seq_lens_k[b]) - p * page_size
+            if first < page_size:
+                key[page, max(first, 0):] = float("nan")
+                value[page, max(first, 0):] = float("nan")
+
+
+def _out_view(gen, shape, dtype):
+    """A strided, poisoned ``out`` view inside a larger buffer (or None for a fresh buffer)."""
+    kind = _pick(gen, ["none", "pad", "transposed"])
+    if kind == "none":
+        return None, None
+    if kind == "pad":
+        base = torch.full((*shape[:-1], shape[-1] + 64), float("nan"), dtype=dtype)
+        return base[..., 32 : 32 + shape[-1]], base
+    # Heads outermost: the row axis is not the slowest (still non-overlapping).
+    perm = (len(shape) - 2, *range(len(shape) - 2), len(shape) - 1)
+    base = torch.full([shape[i] for i in perm], float("nan"), dtype=dtype)
+    inv = [perm.index(i) for i in range(len(shape))]
+    return base.permute(*inv), base
+
+
+def random_case(
+    gen: torch.Generator,
+    *,
+    max_rows: int = 64,
+    max_width: int = 300,
+    hq: int = 24,
+    hkv: int = 2,
+    dtype: torch.dtype = torch.bfloat16,
+    num_splits: Any = "random",
+    query_kind: str | None = None,
+    bad_pages: bool = True,
+    canonical: bool | None = None,
+) -> Case:
+    """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``."""
+    page_size = _pick(gen, [16, 32, 64])
+    query_kind = query_kind or _pick(gen, ["cu", "t2r", "padded"])
+    canonical = bool(_randint(gen, 0, 1)) if canonical is None else canonical
+    decode = bool(_randint(gen, 0, 1))
+    n_req = int(_randint(gen, 1, 6))
+    q_cap = 4 if decode else max(1, max_rows // n_req)
+    q_lens = [int(x) for x in _randint(gen, 1, q_cap, n_req)]
+    while sum(q_lens) > max_rows:
+        q_lens[q_lens.index(max(q_lens))] -= 1
+    q_lens = [max(q, 1) for q in q_lens]
+    max_pages = int(_randint(gen, 1, 8)) * (4 if canonical else 1)
+    capacity = max_pages * page_size
+    kv_lens = [int(x) for x in _randint(gen, 1, capacity, n_req)]
+    kv_lens = [max(k, q) for k, q in zip(kv_lens, q_lens)]
+    kv_lens = [min(k, capacity) for k in kv_lens]
+    width = int(_randint(gen, 1, max_width)) if not canonical else min(max_width, 4 * int(_randint(gen, 1, 64)) + 3)
+
+    key, value, table, _ = _paged_cache(gen, n_req, max_pages, page_size, hkv, dtype, bad_pages)
+    use_slk = bool(_randint(gen, 0, 1))
+    seq_lens_k = torch.tensor(kv_lens, dtype=torch.int32)
+    slk_eff = seq_lens_k if use_slk else torch.full((n_req,), capacity, dtype=torch.int32)
+    if use_slk:
+        _poison_tail(key, value, table, seq_lens_k, page_size)
+
+    kwargs: dict[str, Any] = {"key": key, "value": value, "block_table": table}
+    if use_slk:
+        kwargs["seq_lens_k"] = seq_lens_k
+    use_qpos = bool(_randint(gen, 0, 3) == 0)
+    use_slq = bool(_randint(gen, 0, 2) == 0)
+
+    if query_kind == "padded":
+        q_len = max(q_lens)
+        rows = n_req * q_len
+        req_of_row = [r // q_len for r in range(rows)]
+        local = [r % q_len for r in range(rows)]
+        slq = torch.tensor(q_lens, dtype=torch.int32)
+        shape = (n_req, q_len, hq, DIM)
+        use_slq = True  # ragged requests in a padded batch
+    else:
+        rows_per = list(q_lens)
+        req_of_row, local = [], []
+        for b, q in enumerate(rows_per):
+            req_of_row += [b] * q
+            local += list(range(q))
+        slq = torch.tensor(q_lens, dtype=torch.int32)
+        if use_slq:  # fewer real rows than given: trailing rows of a request are padded
+            slq = torch.tensor([max(0, q - int(_randint(gen, 0, 1))) for q in q_lens], dtype=torch.int32)
+        if query_kind == "t2r":
+            # Interleave a few padded rows (ids -1 or R) between requests.
+            ids = []
+            pos_local = []
+            for b, q in enumerate(rows_per):
+                if _randint(gen, 0, 2) == 0:
+                    ids.append(_pick(gen, [-1, n_req]))
+                    pos_local.append(0)
+                ids += [b] * q
+                pos_local += list(range(q))
+            req_of_row, local = ids, pos_local
+            kwargs["token_to_req"] = torch.tensor(ids, dtype=torch.int32)
+            kwargs["num_requests"] = n_req
+        else:
+            cu = torch.zeros(n_req + 1, dtype=torch.int32)
+            cu[1:] = torch.cumsum(torch.tensor(rows_per), 0)
+            kwargs["cu_seqlens_q"] = cu
+        rows = len(req_of_row)
+        shape = (rows, hq, DIM)
+    if use_slq:
+        kwargs["seq_lens_q"] = slq
+
+    positions = []
+    for r in range(rows):
+        b = req_of_row[r]
+        if not 0 <= b < n_req:
+            positions.append(int(_randint(gen, 0, capacity)))
+            continue
+        pos = int(slk_eff[b]) - int(slq[b] if use_slq or query_kind == "padded" else q_lens[b]) + local[r]
+        if use_qpos:
+            pos = int(_randint(gen, -2, capacity + 2)) if _randint(gen, 0, 5) == 0 else pos
+        positions.append(pos)
+    if use_qpos:
+        qp = torch.tensor(positions, dtype=torch.int32)
+        kwargs["query_positions"] = qp.view(shape[:2]) if query_kind == "padded" else qp
+    sel = torch.stack(
+        [
+            _selection(gen, positions[r], int(slk_eff[req_of_row[r]]) if 0 <= req_of_row[r] < n_req else 1,
+                       width, canonical)
+            for r in range(rows)
+        ]
+    ).to(torch.int32)  # fmt: skip
+    kwargs["query"] = torch.randn(*shape, generator=gen).to(dtype)
+    kwargs["token_indices"] = sel.view(*shape[:-2], width)
+
+    gate_kind = _pick(gen, ["none", "head", "elem"])
+    if gate_kind != "none":
+        gdtype = _pick(gen, [torch.float32, dtype])
+        gshape = shape[:-1] if gate_kind == "head" else shape
+        kwargs["gate"] = (2 * torch.randn(*gshape, generator=gen)).to(gdtype)
+    lse_kind = _pick(gen, ["none", "return", "buffer"])
+    if lse_kind == "return":
+        kwargs["return_lse"] = True
+    elif lse_kind == "buffer":
+        kwargs["lse"] = torch.full(shape[:-1], float("nan"), dtype=torch.float32)
+    kwargs["num_splits"] = _pick(gen, SPLITS) if num_splits == "random" else num_splits
+    kwargs["scale"] = float(_pick(gen, [None, 0.03, 0.1]) or DIM**-0.5)
+    out, base = _out_view(gen, shape, dtype)
+    if out is not None:
+        kwargs["out"] = out
+    notes = {"rows": rows, "width": width, "query_kind": query_kind, "page_size": page_size, "gate": gate_kind,
+             "lse": lse_kind, "num_splits": kwargs["num_splits"], "canonical": canonical}  # fmt: skip
+    return Case(kwargs, base, notes)
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative L2 error of ``a`` against ``b`` (FP64), 0 when both are zero."""
+    a, b = a.double(), b.double()
+    den = b.norm()
+    num = (a - b).norm()
+    return float(num / den) if den > 0 else float(num)
+
+
+def lse_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Max abs error over finite entries; inf when the -inf patterns differ."""
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(fa, fb) or not torch.equal(a[~fa], b[~fb]):
+        return float("inf")
+    return float((a[fa] - b[fb]).abs().max()) if fa.any() else 0.0
