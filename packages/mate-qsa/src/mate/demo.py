@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from mate_core.arch import describe_device, native_target_for
 from mate_core.errors import BackendUnavailableError, UnsupportedTargetError
 from mate_reference.selection import expand_blocks, topk_blocks
 
@@ -146,6 +147,19 @@ def _to_pages(logical: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
     return pages
 
 
+@dataclass
+class Outputs:
+    """What the pipeline produced, and which backend produced each native-capable stage."""
+
+    scores: torch.Tensor
+    blocks: torch.Tensor
+    tokens: torch.Tensor
+    out: torch.Tensor
+    lse: torch.Tensor
+    score_backend: str
+    attention_backend: str
+
+
 def _with_fallback(
     result: DemoResult, stage: str, backend: str, call: Callable[[str], Any], device: torch.device
 ) -> tuple[Any, str, float, float]:
@@ -161,37 +175,49 @@ def _with_fallback(
     return out, "reference", first, warm
 
 
-def _pipeline(cfg: DemoConfig, x: dict[str, torch.Tensor], result: DemoResult) -> dict[str, Any]:
+def _score(x: dict[str, torch.Tensor], backend: str) -> torch.Tensor:
+    return qsa_indexer_mqa_score(x["q_idx"], x["block_keys"], backend=backend)
+
+
+def _attend(
+    x: dict[str, torch.Tensor], tokens: torch.Tensor, blocks: torch.Tensor, backend: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return qsa_sparse_attention(
+        x["query"],
+        x["key"],
+        x["value"],
+        tokens,
+        block_indices=blocks,
+        block_table=x["block_table"],
+        gate=x["gate"],
+        return_lse=True,
+        backend=backend,
+    )
+
+
+def _pipeline(cfg: DemoConfig, x: dict[str, torch.Tensor], result: DemoResult) -> Outputs:
     device = torch.device(cfg.device)
+    scores, score_backend, first, warm = _with_fallback(
+        result, "indexer score", cfg.backend, lambda b: _score(x, b), device
+    )
+    inputs = f"q_idx {_shape(x['q_idx'])}, block_keys {_shape(x['block_keys'])}"
+    result.stages.append(Stage("indexer score", score_backend, inputs, f"scores {_shape(scores)}", first, warm))
 
-    def score(backend: str) -> torch.Tensor:
-        return qsa_indexer_mqa_score(x["q_idx"], x["block_keys"], backend=backend)
-
-    def attend(backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return qsa_sparse_attention(
-            x["query"], x["key"], x["value"], tokens,
-            block_indices=blocks, block_table=x["block_table"], gate=x["gate"],
-            return_lse=True, backend=backend,
-        )  # fmt: skip
-
-    scores, b1, f1, w1 = _with_fallback(result, "indexer score", cfg.backend, score, device)
+    blocks, first, warm = _timed(lambda: topk_blocks(scores, cfg.topk), device)
     result.stages.append(
-        Stage("indexer score", b1, f"q_idx {_shape(x['q_idx'])}, block_keys {_shape(x['block_keys'])}",
-              f"scores {_shape(scores)}", f1, w1)
-    )  # fmt: skip
-    blocks, f2, w2 = _timed(lambda: topk_blocks(scores, cfg.topk), device)
-    result.stages.append(Stage("top-k blocks", "torch", f"scores, k={cfg.topk}", f"blocks {_shape(blocks)}", f2, w2))
-    tokens, f3, w3 = _timed(lambda: expand_blocks(blocks, x["positions"]), device)
-    result.stages.append(Stage("expand blocks", "torch", "blocks, positions", f"tokens {_shape(tokens)}", f3, w3))
-    (out, lse), b4, f4, w4 = _with_fallback(result, "sparse attention", cfg.backend, attend, device)
-    result.stages.append(
-        Stage("sparse attention", b4,
-              f"query {_shape(x['query'])}, K/V pages {_shape(x['key'])}, tokens, gate",
-              f"out {_shape(out)}, lse {_shape(lse)}", f4, w4)
-    )  # fmt: skip
-    return {"scores": scores, "blocks": blocks, "tokens": tokens, "out": out, "lse": lse,
-            "native": {"scores": b1 == "tilelang", "attention": b4 == "tilelang"}, "attend": attend,
-            "score": score}  # fmt: skip
+        Stage("top-k blocks", "torch", f"scores, k={cfg.topk}", f"blocks {_shape(blocks)}", first, warm)
+    )
+
+    tokens, first, warm = _timed(lambda: expand_blocks(blocks, x["positions"]), device)
+    result.stages.append(Stage("expand blocks", "torch", "blocks, positions", f"tokens {_shape(tokens)}", first, warm))
+
+    (out, lse), attention_backend, first, warm = _with_fallback(
+        result, "sparse attention", cfg.backend, lambda b: _attend(x, tokens, blocks, b), device
+    )
+    inputs = f"query {_shape(x['query'])}, K/V pages {_shape(x['key'])}, tokens, block hint, gate"
+    output = f"out {_shape(out)}, lse {_shape(lse)}"
+    result.stages.append(Stage("sparse attention", attention_backend, inputs, output, first, warm))
+    return Outputs(scores, blocks, tokens, out, lse, score_backend, attention_backend)
 
 
 def _compare(name: str, against: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> Agreement:
@@ -229,31 +255,38 @@ def _dense_attention(x: dict[str, torch.Tensor], tokens: torch.Tensor) -> tuple[
     return out * torch.sigmoid(x["gate"].double())[..., None], lse.transpose(1, 2)
 
 
-def _check(cfg: DemoConfig, x: dict[str, torch.Tensor], run: dict[str, Any], result: DemoResult) -> None:
-    if run["native"]["scores"] or run["native"]["attention"]:
-        # Same inputs (and the native stage's own selection) through the FP32 oracle.
-        ref_out, ref_lse = run["attend"]("reference")
-        against = "backend='reference' (FP32 oracle)"
-        pairs = [("indexer scores", run["scores"], run["score"]("reference")),
-                 ("attention out", run["out"], ref_out), ("attention lse", run["lse"], ref_lse)]  # fmt: skip
+_ORACLE = "backend='reference' (FP32 oracle)"
+_DENSE = "dense float64 PyTorch"
+
+
+def _check(x: dict[str, torch.Tensor], run: Outputs, result: DemoResult) -> None:
+    """A native stage is compared with the reference on the same inputs; a reference stage with dense math."""
+    if run.score_backend == "tilelang":
+        want_scores, against = _score(x, "reference"), _ORACLE
     else:
-        dense_out, dense_lse = _dense_attention(x, run["tokens"])
-        against = "dense float64 PyTorch"
-        pairs = [("indexer scores", run["scores"], _dense_scores(x)),
-                 ("attention out", run["out"], dense_out), ("attention lse", run["lse"], dense_lse)]  # fmt: skip
-    native = run["native"]["scores"] or run["native"]["attention"]
-    result.agreements += [_compare(name, against, got, want, _tolerance(got, native)) for name, got, want in pairs]
+        want_scores, against = _dense_scores(x), _DENSE
+    result.agreements.append(_agreement("indexer scores", against, run.scores, want_scores))
+    if run.attention_backend == "tilelang":
+        (want_out, want_lse), against = _attend(x, run.tokens, run.blocks, "reference"), _ORACLE
+    else:
+        (want_out, want_lse), against = _dense_attention(x, run.tokens), _DENSE
+    result.agreements.append(_agreement("attention out", against, run.out, want_out))
+    result.agreements.append(_agreement("attention lse", against, run.lse, want_lse))
+
+
+def _agreement(name: str, against: str, got: torch.Tensor, want: torch.Tensor) -> Agreement:
+    return _compare(name, against, got, want, _tolerance(got, native=against == _ORACLE))
 
 
 def _tolerance(got: torch.Tensor, native: bool) -> float:
     return LOW_PRECISION_TOL if native or got.dtype in (torch.bfloat16, torch.float16) else FP32_TOL
 
 
-def _report(result: DemoResult, run: dict[str, Any], printer: Printer) -> None:
+def _report(result: DemoResult, run: Outputs, printer: Printer) -> None:
     cfg = result.config
     printer.line("MATE-QSA demo: one QSA prefill step on synthetic data")
     printer.line(
-        f"device {cfg.device} ({_env.describe_device(cfg.device)}), requested backend '{cfg.backend}', "
+        f"device {describe_device(cfg.device)}, requested backend '{cfg.backend}', "
         f"{str(cfg.dtype).replace('torch.', '')}; {cfg.requests} requests x {cfg.seq_len} tokens; indexer "
         f"{INDEX_HEADS} heads x {INDEX_DIM}; attention {Q_HEADS}/{KV_HEADS} heads x {HEAD_DIM}; top-{cfg.topk} "
         f"blocks -> {cfg.slots} token slots; K/V in shuffled pages of {PAGE_SIZE}"
@@ -265,19 +298,23 @@ def _report(result: DemoResult, run: dict[str, Any], printer: Printer) -> None:
         ("stage", "backend", "inputs", "output", "first ms", "warm ms"),
         [(s.name, s.backend, s.inputs, s.output, f"{s.first_ms:.2f}", f"{s.warm_ms:.2f}") for s in result.stages],
     )
-    used = (run["tokens"] >= 0).sum(-1).double()
-    printer.line(f"selected tokens per query row: mean {used.mean().item():.1f}, max {int(used.max().item())} "
-                 f"of {cfg.slots} slots")  # fmt: skip
+    used = (run.tokens >= 0).sum(-1).double()
+    mean, most = used.mean().item(), int(used.max().item())
+    printer.line(f"selected tokens per query row: mean {mean:.1f}, max {most} of {cfg.slots} slots")
     printer.table(
         "Agreement",
         ("output", "compared with", "max abs err", "rel L2 err", "-inf pattern", "tolerance", "ok"),
-        [(a.name, a.against, f"{a.max_abs:.3e}", f"{a.rel_l2:.3e}", "identical" if a.inf_pattern_equal else "DIFFERS",
-          f"{a.tol:g}", "yes" if a.ok else "NO") for a in result.agreements],
-    )  # fmt: skip
+        [_agreement_row(a) for a in result.agreements],
+    )
     if result.ok:
         printer.line("PASS: every output agrees within tolerance")
     else:
         printer.line("FAIL: some outputs disagree (see the Agreement table)")
+
+
+def _agreement_row(a: Agreement) -> tuple[str, ...]:
+    pattern = "identical" if a.inf_pattern_equal else "DIFFERS"
+    return (a.name, a.against, f"{a.max_abs:.3e}", f"{a.rel_l2:.3e}", pattern, f"{a.tol:g}", "yes" if a.ok else "NO")
 
 
 def _default_device() -> str:
@@ -285,19 +322,30 @@ def _default_device() -> str:
     return device if device is not None and _env.package_versions()["tilelang"] else "cpu"
 
 
-def _config(device, backend, requests, seq_len, topk, seed) -> DemoConfig:
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _is_native(device: str) -> bool:
+    try:
+        native_target_for(device)
+    except UnsupportedTargetError:
+        return False
+    return True
+
+
+def _config(
+    device: str | None, backend: str | None, requests: int | None, seq_len: int | None, topk: int | None, seed: int
+) -> DemoConfig:
     device = device or _default_device()
-    native = _env.supported_device() is not None and any(
-        d["device"] == str(torch.device(device)) and d["native_target"] for d in _env.devices()
-    )
-    backend = backend or ("tilelang" if native else "reference")
-    big = backend == "tilelang"  # the CPU reference stays small so the demo takes seconds
+    backend = backend or ("tilelang" if _is_native(device) else "reference")
+    big = backend == "tilelang" and _is_native(device)  # the reference stays small: seconds on a CPU
     return DemoConfig(
         device=device,
         backend=backend,
-        requests=requests or 2,
-        seq_len=seq_len or (2048 if big else 256),
-        topk=topk or (64 if big else 16),
+        requests=_given(requests, 2),
+        seq_len=_given(seq_len, 2048 if big else 256),
+        topk=_given(topk, 64 if big else 16),
         seed=seed,
     )
 
@@ -331,6 +379,6 @@ def run_demo(
     result = DemoResult(cfg)
     x = _synthetic(cfg, torch.device(cfg.device))
     run = _pipeline(cfg, x, result)
-    _check(cfg, x, run, result)
+    _check(x, run, result)
     _report(result, run, printer)
     return 0 if result.ok else 1
