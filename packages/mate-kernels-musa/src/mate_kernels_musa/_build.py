@@ -16,7 +16,7 @@ from typing import Any
 from .target import profile_named
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     """Compile ``factory(*consts)`` for the named target profile (cached)."""
     import tilelang
