@@ -44,7 +44,7 @@ def _optional_lengths(
 ) -> torch.Tensor | None:
     if t is None:
         return None
-    return metadata_vector(name, t, backend, query, num_requests, "one length per request, R = num_requests")
+    return metadata_vector(name, t, backend, query, num_requests, f"one length per request, R = {num_requests}")
 
 
 def _logical(query, key, value, token_indices, block_indices, cu_seqlens_q, token_to_req, num_requests,
@@ -134,12 +134,24 @@ def plan_sparse_attention(
 ) -> SparseAttentionPlan:
     """Validate one ``qsa_sparse_attention`` call and return its plan.
 
-    Arguments are exactly those of ``mate.qsa_sparse_attention`` (see the spec).
-    The plan holds zero-copy row views: query [rows,Hq,D]; token_indices or
-    selected_kv_indices [rows,T]; block_indices [rows,NB]; query_positions [rows];
-    gate [rows,Hq] or [rows,Hq,D]; out [rows,Hq,D] (query dtype) and lse [rows,Hq]
-    (float32), bound to the caller's ``out=``/``lse=`` or freshly allocated with
-    torch.empty. scale is the resolved multiplier; num_splits None becomes 0.
+    Parameters
+    ----------
+    query, key, value, token_indices, ...
+        Exactly the arguments of ``mate.qsa_sparse_attention`` (names, order,
+        defaults). Data: query [B,Q,Hq,D] or [total_q,Hq,D]; key/value paged
+        [pages,page_size,Hkv,D], padded [R,S,Hkv,D], varlen [total_k,Hkv,D] or
+        physical [N,Hkv,D]; bf16/fp16 (float32 too for the reference). Metadata:
+        int32 (int32 or int64 for the reference), on the query's device.
+
+    Returns
+    -------
+    SparseAttentionPlan
+        Zero-copy row views: query [rows,Hq,D]; token_indices or
+        selected_kv_indices [rows,T]; block_indices [rows,NB]; query_positions
+        [rows]; gate [rows,Hq] or [rows,Hq,D]; out [rows,Hq,D] (query dtype) and
+        lse [rows,Hq] (float32), bound to the caller's ``out=``/``lse=`` or
+        allocated with torch.empty. scale is the resolved multiplier; num_splits
+        None becomes 0.
 
     Raises
     ------
