@@ -27,7 +27,7 @@ def test_score_kernel_compiles(dtype: str) -> None:
     from mate_kernels_musa import mqa_score_kernel
     from mate_kernels_musa._build import build
 
-    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", dtype))
+    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", dtype, *mqa_score_kernel.DEFAULT_TILES))
     # Hopper path: warpgroup MMA and 16-byte vector loads of Q and K.
     assert "wgmma" in src
     assert "uint4" in src
@@ -41,7 +41,8 @@ def test_decode_kernel_compiles(dtype: str, page_size: int, k_vec: bool) -> None
     from mate_kernels_musa import mqa_decode_kernel
     from mate_kernels_musa._build import build
 
-    src = _source(build(mqa_decode_kernel.decode_kernel, "cuda-sm90a", dtype, page_size, k_vec))
+    block_keys = mqa_decode_kernel.BLOCK_KEYS
+    src = _source(build(mqa_decode_kernel.decode_kernel, "cuda-sm90a", dtype, page_size, k_vec, block_keys))
     assert ("uint4" in src) == k_vec
 
 

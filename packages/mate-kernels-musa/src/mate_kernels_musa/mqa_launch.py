@@ -67,23 +67,33 @@ def _score_grid(row_tiles: int, key_tiles: int, sms: int) -> tuple[int, int]:
     return per_cta, -(-key_tiles // per_cta)
 
 
-def _launch_score(
-    q: torch.Tensor, k: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, out: torch.Tensor, scale: float
+def launch_score(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    starts: torch.Tensor,
+    ends: torch.Tensor,
+    out: torch.Tensor,
+    scale: float,
+    tiles: tuple[int, int, int] = mqa_score_kernel.DEFAULT_TILES,
 ) -> None:
-    """Run the score kernel on ``q [nb, nq, 4, 128]``, ``k [nb, nk, 128]``, ``out [nb, nq, nk]``."""
+    """Run the score kernel on ``q [nb, nq, 4, 128]``, ``k [nb, nk, 128]``, ``out [nb, nq, nk]``.
+
+    ``starts``/``ends`` are ``[nb, nq]`` int32; ``tiles`` is ``(block_rows, block_keys, threads)``.
+    """
     nb, nq, nk = out.shape
     if out.numel() == 0:
         return
-    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype])
-    row_tiles = nb * -(-nq // mqa_score_kernel.BLOCK_ROWS)
-    key_tiles = -(-nk // mqa_score_kernel.BLOCK_KEYS)
+    block_rows, block_keys, _ = tiles
+    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles)
+    row_tiles = nb * -(-nq // block_rows)
+    key_tiles = -(-nk // block_keys)
     per_cta, kgrid = _score_grid(row_tiles, key_tiles, _sm_count(q.device.index))
     kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), per_cta, kgrid, float(scale))
 
 
 def mqa_prefill(plan: MQAPrefillPlan) -> None:
     """Native ``qsa_mqa_prefill``: writes ``plan.out [rows, keys]`` (FP32)."""
-    _launch_score(
+    launch_score(
         plan.q.unsqueeze(0),
         plan.k.unsqueeze(0),
         plan.row_starts.unsqueeze(0),
@@ -118,10 +128,10 @@ def indexer_score(plan: IndexerScorePlan) -> None:
         return
     q = plan.q if plan.q.dim() == 4 else plan.q.view(batch, q_len, *plan.q.shape[-2:])
     starts, ends = indexer_intervals(plan)
-    _launch_score(q, plan.block_keys, starts, ends, plan.result, plan.scale)
+    launch_score(q, plan.block_keys, starts, ends, plan.result, plan.scale)
 
 
-def mqa_decode(plan: MQADecodePlan) -> None:
+def mqa_decode(plan: MQADecodePlan, block_keys: int = mqa_decode_kernel.BLOCK_KEYS) -> None:
     """Native paged ``qsa_mqa_decode``: writes ``plan.out [B, max_model_len]`` (FP32)."""
     out, cache, table = plan.out, plan.k_cache, plan.page_table
     if out.numel() == 0:
@@ -131,6 +141,7 @@ def mqa_decode(plan: MQADecodePlan) -> None:
         out.fill_(float("-inf"))
         return
     k_vec = vector_ok(cache)
-    kernel = _kernel(mqa_decode_kernel.decode_kernel, out.device, _DTYPES[cache.dtype], plan.page_size, k_vec)
+    consts = (_DTYPES[cache.dtype], plan.page_size, k_vec, block_keys)
+    kernel = _kernel(mqa_decode_kernel.decode_kernel, out.device, *consts)
     k_s8 = strides8(cache) if k_vec else [0, 0]
     kernel(plan.q, cache, table, plan.context_lens, out, *k_s8, float(plan.scale))

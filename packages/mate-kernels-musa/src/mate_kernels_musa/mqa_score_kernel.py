@@ -22,7 +22,8 @@ from typing import Any
 # Tile constants per specialization; all sizes and strides are runtime.
 BLOCK_ROWS = 64
 BLOCK_KEYS = 64
-THREADS = 128
+THREADS = 128  # one warpgroup per 64 rows
+DEFAULT_TILES = (BLOCK_ROWS, BLOCK_KEYS, THREADS)
 INT_MAX = 2**31 - 1
 
 

@@ -1,0 +1,170 @@
+"""MQA indexer benchmark (issue 3 shapes): native TileLang vs plain PyTorch vs the floor.
+
+Shapes
+------
+* decode: q [64, 1, 4, 128] bf16, 32768 compressed keys per request, page size 64 and 16,
+  physical pages shuffled, max_model_len 32768. Floor: K bytes read + logits written over
+  the measured copy bandwidth. Timed by CUDA-graph replay with the L2 flushed.
+* prefill: 4096 rows x 32768 keys, row_ends = (pos + 1) // 4 for pos 126976..131071.
+* causal: 32768 rows x 8192 keys, row_ends = (pos + 1) // 4 for pos 0..32767.
+  Prefill floor: max(visible-score math at the measured bf16 GEMM rate, FP32 output write
+  at copy bandwidth).
+
+The plain-PyTorch path is einsum + relu + head sum + masked fill on the same inputs.
+Ceilings are measured in the same process. ``python -m benchmarks.bench_mqa [--quick]
+[--json PATH]`` prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+import torch
+
+from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
+
+H, D = 4, 128
+SCALE = 1.0 / math.sqrt(D)
+
+
+def _torch_scores(q: torch.Tensor, k: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """Plain PyTorch: q [R, H, D], k [R or 1, N, D] -> masked FP32 scores [R, N]."""
+    logits = torch.einsum("rhd,rnd->rhn", q, k.expand(q.shape[0], -1, -1) if k.shape[0] == 1 else k)
+    scores = logits.float().relu_().sum(1).mul_(SCALE)
+    return scores.masked_fill_(~visible, float("-inf"))
+
+
+def _torch_prefill(q: torch.Tensor, k: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    logits = torch.einsum("rhd,nd->rhn", q, k)
+    j = torch.arange(k.shape[0], device=k.device)
+    visible = (j[None, :] >= starts[:, None]) & (j[None, :] < ends[:, None])
+    return logits.float().relu_().sum(1).mul_(SCALE).masked_fill_(~visible, float("-inf"))
+
+
+def _row(name: str, shape: str, native: dict, torch_t: dict | None, floor_us: float, extra: dict) -> dict[str, Any]:
+    row = {
+        "name": name,
+        "shape": shape,
+        "native_us": native["median_us"],
+        "native_p10_us": native["p10_us"],
+        "native_p90_us": native["p90_us"],
+        "floor_us": floor_us,
+        "ratio_to_floor": native["median_us"] / floor_us,
+        **extra,
+    }
+    if torch_t is not None:
+        row["torch_us"] = torch_t["median_us"]
+        row["speedup_vs_torch"] = torch_t["median_us"] / native["median_us"]
+    return row
+
+
+def bench_decode(page_size: int, ceil: dict, quick: bool, block_keys: int | None = None) -> dict[str, Any]:
+    from mate_core import plan_mqa_decode
+    from mate_kernels_musa import mqa_launch
+
+    batch, keys, max_len = 64, 32768, 32768
+    max_pages = keys // page_size
+    gen = torch.Generator(device="cuda").manual_seed(page_size)
+    k_cache = torch.randn(batch * max_pages, page_size, 1, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    table = torch.randperm(batch * max_pages, device="cuda", generator=gen).view(batch, max_pages).to(torch.int32)
+    lens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, 1, H, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    plan = plan_mqa_decode(q, k_cache, table, lens, max_len, scale=SCALE)
+    kw = {} if block_keys is None else {"block_keys": block_keys}
+    native = time_cuda_graph(lambda: mqa_launch.mqa_decode(plan, **kw), reps=30 if quick else 100)
+
+    def torch_path():
+        kk = k_cache[table.long()].view(batch, keys, D)
+        visible = torch.arange(keys, device="cuda")[None, :] < lens[:, None]
+        return _torch_scores(q.view(batch, H, D), kk, visible)
+
+    torch_t = None if block_keys is not None else time_cuda_graph(torch_path, reps=10 if quick else 30)
+    nbytes = batch * keys * D * 2 + batch * max_len * 4
+    floor_us = nbytes / (ceil["copy_TBps"] * 1e12) * 1e6
+    name = f"decode_ps{page_size}" + ("" if block_keys is None else f"_bk{block_keys}")
+    return _row(name, f"q[{batch},1,4,128] keys {keys}/req ps {page_size}", native, torch_t, floor_us,
+                {"GBps": nbytes / native["median_us"] / 1e3})  # fmt: skip
+
+
+def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool, tiles=None) -> dict[str, Any]:
+    from mate_core import plan_mqa_prefill
+    from mate_kernels_musa import mqa_launch
+
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    q = torch.randn(rows, H, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    k = torch.randn(keys, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    pos = torch.arange(pos0, pos0 + rows, device="cuda")
+    ends = ((pos + 1) // 4).clamp(max=keys).to(torch.int32)
+    starts = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    plan = plan_mqa_prefill(q, k, starts, ends, scale=SCALE)
+    if tiles is None:
+        fn = lambda: mqa_launch.mqa_prefill(plan)  # noqa: E731
+    else:
+
+        def fn():
+            mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], plan.out[None], SCALE, tiles)
+
+    native = time_cuda_graph(fn, reps=10 if quick else 30)
+    torch_t = None
+    if tiles is None:
+        torch_t = time_cuda_graph(lambda: _torch_prefill(q, k, starts, ends), reps=3 if quick else 10)
+    visible = int(ends.long().sum())
+    math_us = 2 * visible * H * D / (ceil["gemm8192_TFLOPs"] * 1e12) * 1e6
+    write_us = rows * keys * 4 / (ceil["copy_TBps"] * 1e12) * 1e6
+    label = name if tiles is None else f"{name}_tiles{'x'.join(map(str, tiles))}"
+    return _row(label, f"{rows} rows x {keys} keys, pos {pos0}..{pos0 + rows - 1}", native, torch_t,
+                max(math_us, write_us), {"math_floor_us": math_us, "write_floor_us": write_us,
+                "TFLOPs_visible": 2 * visible * H * D / native["median_us"] / 1e6})  # fmt: skip
+
+
+def run(quick: bool = False, variants: bool = False) -> list[dict]:
+    """Run every shape; returns one dict per measurement (the first holds the ceilings)."""
+    ceil = measure_ceilings()
+    results: list[dict] = [{"name": "ceilings", **ceil, **env_info()}]
+    for ps in (64, 16):
+        results.append(bench_decode(ps, ceil, quick))
+    results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick))
+    results.append(bench_prefill("causal", 32768, 8192, 0, ceil, quick))
+    if variants:
+        results.append(bench_decode(64, ceil, quick, block_keys=256))
+        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(128, 64, 256)))
+        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(64, 128, 128)))
+    return results
+
+
+def format_table(results: list[dict]) -> str:
+    c = results[0]
+    lines = [
+        f"ceilings: copy {c['copy_TBps']:.2f} TB/s, bf16 gemm {c['gemm4096_TFLOPs']:.0f} (4096) / "
+        f"{c['gemm8192_TFLOPs']:.0f} (8192) TFLOP/s; {c.get('gpu')}",
+        f"{'case':<28} {'native us':>10} {'floor us':>9} {'x floor':>8} {'torch us':>10} {'speedup':>8}",
+    ]
+    for r in results[1:]:
+        torch_us = f"{r['torch_us']:.1f}" if "torch_us" in r else "-"
+        speed = f"{r['speedup_vs_torch']:.1f}x" if "speedup_vs_torch" in r else "-"
+        lines.append(
+            f"{r['name']:<28} {r['native_us']:>10.1f} {r['floor_us']:>9.1f} {r['ratio_to_floor']:>8.2f} "
+            f"{torch_us:>10} {speed:>8}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variants", action="store_true", help="also time alternative tile configs")
+    parser.add_argument("--json", default="bench_mqa.json")
+    args = parser.parse_args(argv)
+    results = run(quick=args.quick, variants=args.variants)
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2)
+    print(format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
