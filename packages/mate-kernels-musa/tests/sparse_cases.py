@@ -140,8 +140,9 @@ def random_case(
     query_kind: str | None = None,
     bad_pages: bool = True,
     canonical: bool | None = None,
+    width: int | None = None,
 ) -> Case:
-    """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``."""
+    """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T."""
     page_size = _pick(gen, [16, 32, 64])
     query_kind = query_kind or _pick(gen, ["cu", "t2r", "padded"])
     canonical = bool(_randint(gen, 0, 1)) if canonical is None else canonical
@@ -152,12 +153,20 @@ def random_case(
     while sum(q_lens) > max_rows:
         q_lens[q_lens.index(max(q_lens))] -= 1
     q_lens = [max(q, 1) for q in q_lens]
-    max_pages = int(_randint(gen, 1, 8)) * (4 if canonical else 1)
+    if width is not None:
+        pass
+    elif canonical:  # 4-token blocks + tail, up to the full 2051 when max_width allows
+        width = 4 * int(_randint(gen, 1, max(1, (max_width - 3) // 4))) + 3
+    else:
+        width = int(_randint(gen, 1, max_width))
+    # Canonical rows need about twice their selection in visible context.
+    max_pages = int(_randint(gen, 1, 8)) + (-(-2 * width // page_size) if canonical else 0)
     capacity = max_pages * page_size
     kv_lens = [int(x) for x in _randint(gen, 1, capacity, n_req)]
+    if canonical:
+        kv_lens = [max(k, capacity - page_size) for k in kv_lens]
     kv_lens = [max(k, q) for k, q in zip(kv_lens, q_lens)]
     kv_lens = [min(k, capacity) for k in kv_lens]
-    width = int(_randint(gen, 1, max_width)) if not canonical else min(max_width, 4 * int(_randint(gen, 1, 64)) + 3)
 
     key, value, table, _ = _paged_cache(gen, n_req, max_pages, page_size, hkv, dtype, bad_pages)
     use_slk = bool(_randint(gen, 0, 1))

@@ -33,10 +33,10 @@ from mate_core.plans import SparseAttentionPlan
 from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build
 from ._sparse_macros import row_mode
-from .sparse_schedule import Schedule, choose_schedule
+from .sparse_schedule import TILES, Schedule, choose_schedule
 from .target import profile_for
 
-__all__ = ["sparse_attention", "schedule_for", "MERGE_THREADS"]
+__all__ = ["sparse_attention", "schedule_for", "specializations", "MERGE_THREADS"]
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 VEC = 8  # elements per 16-byte K/V access
@@ -86,6 +86,30 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
     """The schedule ``sparse_attention`` uses for ``plan`` (exposed for tests and benchmarks)."""
     hkv = plan.key.shape[-2]
     return choose_schedule(plan.rows, hkv, plan.token_indices.shape[1], plan.num_splits, _sm_count(_dev(plan.query)))
+
+
+def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False) -> tuple[Any, ...]:
+    """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
+    t = TILES[tile_name]
+    return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide)
+
+
+def specializations(
+    groups: tuple[int, ...] = (12,), dtypes: tuple[str, ...] = ("bfloat16", "float16"), wide: tuple[bool, ...] = (False,)
+) -> list[tuple[Any, tuple[Any, ...]]]:
+    """``(factory, consts)`` of every kernel the launcher may build for these geometries.
+
+    Paged kernel: group x dtype x tile x offset width; merge kernel: dtype x gate dtype
+    (float32 or the data dtype).
+    """
+    paged = [
+        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w))
+        for g in groups for d in dtypes for name in TILES for w in wide
+    ]  # fmt: skip
+    merge = [
+        (sparse_merge_kernel.sparse_merge_kernel, (d, gd, MERGE_THREADS)) for d in dtypes for gd in ("float32", d)
+    ]
+    return paged + merge
 
 
 def _paged_kv(plan: SparseAttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -149,7 +173,7 @@ def _gate_view(plan: SparseAttentionPlan) -> tuple[torch.Tensor, int, str]:
     return gate, 1, _DTYPES[gate.dtype]
 
 
-def sparse_attention(plan: SparseAttentionPlan) -> None:
+def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None) -> None:
     """Native paged sparse attention; writes ``plan.out`` and ``plan.lse`` (when not None).
 
     Parameters
@@ -158,6 +182,8 @@ def sparse_attention(plan: SparseAttentionPlan) -> None:
         From ``mate_core.plan_sparse_attention`` with ``backend="tilelang"``: query
         ``[rows, Hq, 256]`` BF16/FP16, paged (or padded) K/V, int32 ``token_indices``
         ``[rows, T]`` and int32 metadata.
+    schedule : Schedule, optional
+        Overrides :func:`schedule_for` (benchmark sweeps); the backend API passes only ``plan``.
     """
     key, value, table, page_size = _paged_kv(plan)
     q = plan.query
@@ -166,15 +192,14 @@ def sparse_attention(plan: SparseAttentionPlan) -> None:
         return
     device = _dev(q)
     pages, hkv = key.shape[0], key.shape[-2]
-    sched = schedule_for(plan)
+    sched = schedule or schedule_for(plan)
     tile = sched.tile
     kf, (kp, ks, kh) = _flat16(key)
     vf, (vp, vs, vh) = _flat16(value)
     wide = max(kf.shape[0], vf.shape[0]) >= _INT32_LIMIT
     dtype = _DTYPES[q.dtype]
     profile = _profile(device)
-    main = build(sparse_paged_kernel.sparse_paged_kernel, profile, hq // hkv, dtype, tile.block_n, tile.threads,
-                 tile.chunk_blocks, tile.num_stages, tile.min_blocks, wide)  # fmt: skip
+    main = build(sparse_paged_kernel.sparse_paged_kernel, profile, *paged_consts(hq // hkv, dtype, tile.name, wide))
     gate, has_gate, gate_dtype = _gate_view(plan)
     merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
 

@@ -1,0 +1,290 @@
+"""Sparse core attention benchmark (issue 4 shapes): native TileLang vs PyTorch vs FlexAttention.
+
+Shapes (bf16, 24 Q heads / 2 KV heads / D 256, page size 64, shuffled physical pages,
+gate [rows, Hq] and LSE on, flattened queries with ``cu_seqlens_q`` + ``seq_lens_k``):
+
+* ``decode_64x1``: 64 requests x 1 row, context 131071 (capacity 131072), each row 512
+  random visible 4-token blocks + the 3 tail tokens of its own block = 2051 tokens;
+* ``decode_64x4``: 64 requests x 4 rows (positions 131067..131070), independent
+  selections (512 blocks + 0..3 tail tokens, -1 padded to 2051);
+* ``prefill_overlap``: one request, 4096 rows at positions 126976..131071, 512 blocks +
+  tail per row, each row replacing ~10% of its predecessor's blocks (~90% neighbour
+  overlap);
+* ``prefill_uniform``: the same with independent uniform random blocks per row.
+
+Measured in one process: the native kernel (CUDA-graph replay of the backend call, L2
+flushed before each replay), the plain-PyTorch path (page translation + gather + bf16
+matmuls + FP32 softmax, the same semantics), FlexAttention (``flex_attention`` compiled,
+the selection as a ``mask_mod`` over a logically contiguous copy of the cache; skipped
+with a note when it fails), and the ceilings (``benchmarks.timing.measure_ceilings``).
+Floor: K+V bytes of the used tokens (+ Q, out) over the measured copy bandwidth, i.e. no
+reuse between rows. Each case checks the native output against the PyTorch path once
+before timing. A sweep over (tile, num_splits) backs the ``num_splits=None`` heuristic
+in ``mate_kernels_musa.sparse_schedule``.
+
+``python -m benchmarks.bench_sparse [--quick] [--no-flex] [--no-sweep] [--json PATH]``
+prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import torch
+
+from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
+
+HQ, HKV, D = 24, 2, 256
+PAGE = 64
+CTX = 131072
+BLOCKS = 512
+WIDTH = 4 * BLOCKS + 3
+SCALE = 1.0 / math.sqrt(D)
+TARGETS = {"decode_64x1": 1.2, "decode_64x4": 1.1, "prefill_overlap": 0.45, "prefill_uniform": 0.6}
+PUBLIC_US = {"decode_64x1": 93.0, "decode_64x4": 322.0, "prefill_overlap": 2360.0, "prefill_uniform": 2840.0}
+
+
+def _selection(pos: torch.Tensor, gen: torch.Generator, overlap: bool) -> torch.Tensor:
+    """int32 ``[rows, WIDTH]``: 512 visible 4-token blocks + the tail of the own block, -1 padded."""
+    rows = pos.numel()
+    nvis = (pos + 1) // 4
+    if overlap:
+        blocks = torch.empty(rows, BLOCKS, dtype=torch.long)
+        cur = torch.randperm(int(nvis[0]), generator=gen)[:BLOCKS]
+        for i in range(rows):
+            if i:
+                k = BLOCKS // 10
+                cur = cur.clone()
+                cur[torch.randperm(BLOCKS, generator=gen)[:k]] = torch.randint(0, int(nvis[i]), (k,), generator=gen)
+            blocks[i] = cur
+    else:
+        keys = torch.rand(rows, int(nvis.max()), generator=gen)
+        keys[torch.arange(keys.shape[1])[None, :] >= nvis[:, None]] = -1.0
+        blocks = keys.topk(BLOCKS, dim=1).indices
+    ids = (blocks[:, :, None] * 4 + torch.arange(4)).reshape(rows, -1)
+    tail = nvis[:, None] * 4 + torch.arange(3)
+    tail = torch.where(tail <= pos[:, None], tail, torch.full_like(tail, -1))
+    return torch.cat([ids, tail], dim=1).to(torch.int32)
+
+
+def make_inputs(name: str, seed: int = 0) -> dict[str, Any]:
+    """Keyword arguments of ``qsa_sparse_attention`` for one benchmark shape, on the GPU."""
+    gen = torch.Generator().manual_seed(seed)
+    if name.startswith("decode"):
+        n_req, per = 64, (1 if name.endswith("x1") else 4)
+        seq_k = CTX - 1
+        pos = torch.cat([seq_k - per + torch.arange(per) for _ in range(n_req)])
+        sel = _selection(pos, gen, overlap=False)
+    else:
+        n_req, per, seq_k = 1, 4096, CTX
+        pos = seq_k - per + torch.arange(per)
+        sel = _selection(pos, gen, overlap=name.endswith("overlap"))
+    max_pages = CTX // PAGE
+    pages = n_req * max_pages
+    dev = "cuda"
+    table = torch.randperm(pages, generator=gen).view(n_req, max_pages).to(torch.int32)
+    rows = n_req * per
+    return {
+        "query": torch.randn(rows, HQ, D, device=dev, dtype=torch.bfloat16),
+        "key": torch.randn(pages, PAGE, HKV, D, device=dev, dtype=torch.bfloat16),
+        "value": torch.randn(pages, PAGE, HKV, D, device=dev, dtype=torch.bfloat16),
+        "token_indices": sel.to(dev),
+        "cu_seqlens_q": (torch.arange(n_req + 1) * per).to(torch.int32).to(dev),
+        "seq_lens_k": torch.full((n_req,), seq_k, dtype=torch.int32, device=dev),
+        "block_table": table.to(dev),
+        "gate": torch.randn(rows, HQ, device=dev, dtype=torch.bfloat16),
+        "return_lse": True,
+        "scale": SCALE,
+    }
+
+
+def _positions(kw: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(request of each row, causal position of each row), int64."""
+    cu = kw["cu_seqlens_q"].long()
+    per = torch.diff(cu)
+    req = torch.repeat_interleave(torch.arange(per.numel(), device=cu.device), per)
+    local = torch.arange(req.numel(), device=cu.device) - cu[req]
+    pos = kw["seq_lens_k"].long()[req] - per[req] + local
+    return req, pos
+
+
+def torch_path(kw: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain PyTorch: page translation, gather, bf16 matmuls, FP32 softmax, gate. (out, lse)."""
+    q, key, value, ids = kw["query"], kw["key"], kw["value"], kw["token_indices"].long()
+    req, pos = _positions(kw)
+    table = kw["block_table"].long()
+    used = (ids >= 0) & (ids <= pos[:, None]) & (ids < kw["seq_lens_k"].long()[req][:, None])
+    t = ids.clamp(min=0)
+    page = table[req[:, None], (t // PAGE).clamp(max=table.shape[1] - 1)]
+    used &= (page >= 0) & (page < key.shape[0])
+    phys = torch.where(used, page.clamp(0, key.shape[0] - 1) * PAGE + t % PAGE, torch.zeros_like(t))
+    k = key.view(-1, HKV, D)[phys]  # [rows, T, Hkv, D]
+    v = value.view(-1, HKV, D)[phys]
+    rows = q.shape[0]
+    qg = q.view(rows, HKV, HQ // HKV, D)
+    s = torch.einsum("rhgd,rthd->rhgt", qg, k).float() * kw["scale"]
+    s = s.masked_fill(~used[:, None, None, :], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.nan_to_num(neginf=0.0)[..., None]).to(q.dtype)
+    out = torch.einsum("rhgt,rthd->rhgd", p, v).reshape(rows, HQ, D)
+    out = out * torch.sigmoid(kw["gate"].float())[..., None]
+    return out.to(q.dtype), lse.reshape(rows, HQ)
+
+
+def _flex_setup(kw: dict[str, Any]):
+    """FlexAttention over a logically contiguous copy of each request's cache; returns a callable."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    _, pos = _positions(kw)
+    n_req = kw["block_table"].shape[0]
+    per = kw["query"].shape[0] // n_req
+    table = kw["block_table"].long()
+    # Logical K/V [n_req, Hkv, CTX, D] (setup, not timed).
+    k = kw["key"][table].reshape(n_req, CTX, HKV, D).transpose(1, 2).contiguous()
+    v = kw["value"][table].reshape(n_req, CTX, HKV, D).transpose(1, 2).contiguous()
+    ids = kw["token_indices"].long()
+    sel = torch.zeros(ids.shape[0], CTX // 4, dtype=torch.bool, device=ids.device)
+    sel.scatter_(1, (ids.clamp(min=0) // 4), ids >= 0)
+    posr = pos.view(n_req, per)
+    selr = sel.view(n_req, per, CTX // 4)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return selr[b, q_idx, kv_idx // 4] & (kv_idx <= posr[b, q_idx])
+
+    block_mask = create_block_mask(mask_mod, n_req, None, per, CTX, device="cuda", _compile=True)
+    q = kw["query"].view(n_req, per, HQ, D).transpose(1, 2)
+    gate = torch.sigmoid(kw["gate"].float()).view(n_req, per, HQ).transpose(1, 2)[..., None]
+    flex = torch.compile(flex_attention, dynamic=False)
+
+    def run():
+        out, lse = flex(q, k, v, block_mask=block_mask, scale=kw["scale"], enable_gqa=True, return_lse=True)
+        return (out.float() * gate).to(q.dtype), lse
+
+    return run
+
+
+def _floor_us(kw: dict[str, Any], copy_tbps: float) -> float:
+    ids = kw["token_indices"]
+    tokens = int((ids >= 0).sum())
+    kv_bytes = 2 * tokens * HKV * D * 2
+    io_bytes = 2 * kw["query"].numel() * 2 + kw["gate"].numel() * 2 + kw["query"].shape[0] * HQ * 4
+    return (kv_bytes + io_bytes) / (copy_tbps * 1e12) * 1e6
+
+
+def _native_plan(kw: dict[str, Any]):
+    from mate_core import plan_sparse_attention
+
+    return plan_sparse_attention(**kw, backend="tilelang")
+
+
+def _sweep(plan, reps: int) -> list[dict[str, Any]]:
+    from mate_kernels_musa.sparse_launch import sparse_attention
+    from mate_kernels_musa.sparse_schedule import TILES, Schedule
+
+    out = []
+    for tile in TILES.values():
+        for splits in (1, 2, 3, 4, 6, 8):
+            sched = Schedule(tile, splits)
+            t = time_cuda_graph(lambda s=sched: sparse_attention(plan, s), reps=reps)
+            out.append({"tile": tile.name, "splits": splits, "us": t["median_us"]})
+    return out
+
+
+def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep: bool) -> dict[str, Any]:
+    from mate_kernels_musa.sparse_launch import schedule_for, sparse_attention
+
+    kw = make_inputs(name)
+    plan = _native_plan(kw)
+    reps = 20 if quick else 100
+    sparse_attention(plan)
+    ref_out, ref_lse = torch_path(kw)
+    err = float((plan.out.double() - ref_out.double()).norm() / ref_out.double().norm())
+    lse_err = float((plan.lse - ref_lse).abs().max())
+    native = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
+    sched = schedule_for(plan)
+    torch_t = time_cuda_graph(lambda: torch_path(kw), reps=max(5, reps // 10))
+    floor = _floor_us(kw, ceil["copy_TBps"])
+    row: dict[str, Any] = {
+        "name": name,
+        "rows": kw["query"].shape[0],
+        "width": kw["token_indices"].shape[1],
+        "schedule": f"{sched.tile.name}/splits={sched.splits}",
+        "native_us": native["median_us"],
+        "native_p10_us": native["p10_us"],
+        "native_p90_us": native["p90_us"],
+        "floor_us": floor,
+        "ratio_to_floor": native["median_us"] / floor,
+        "target_ratio": TARGETS[name],
+        "public_best_us": PUBLIC_US[name],
+        "torch_us": torch_t["median_us"],
+        "speedup_vs_torch": torch_t["median_us"] / native["median_us"],
+        "rel_l2_vs_torch": err,
+        "lse_err_vs_torch": lse_err,
+    }
+    if flex:
+        try:
+            fn = _flex_setup(kw)
+            f_out, _ = fn()
+            row["flex_rel_l2_vs_torch"] = float(
+                (f_out.transpose(1, 2).reshape_as(ref_out).double() - ref_out.double()).norm() / ref_out.double().norm()
+            )
+            flex_t = time_cuda_graph(fn, reps=max(5, reps // 10))
+            row["flex_us"] = flex_t["median_us"]
+            row["speedup_vs_flex"] = flex_t["median_us"] / native["median_us"]
+        except Exception as exc:  # report, do not fail the whole benchmark
+            row["flex_note"] = f"FlexAttention failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if sweep:
+        row["sweep"] = _sweep(plan, reps=max(10, reps // 4))
+    return row
+
+
+def run(quick: bool = False, flex: bool = True, sweep: bool = True, names: list[str] | None = None) -> list[dict]:
+    """Run every case (``names`` to pick some); returns one dict per case plus a ceilings row."""
+    ceil = measure_ceilings()
+    results: list[dict[str, Any]] = [{"name": "ceilings", **ceil, "env": env_info()}]
+    for name in names or list(TARGETS):
+        results.append(bench_case(name, ceil, quick, flex, sweep))
+        torch.cuda.empty_cache()  # each case's cache (up to 17 GB) is freed before the next
+    return results
+
+
+def format_table(results: list[dict]) -> str:
+    cols = ["name", "schedule", "native_us", "floor_us", "ratio_to_floor", "target_ratio", "torch_us",
+            "speedup_vs_torch", "flex_us", "speedup_vs_flex", "rel_l2_vs_torch"]  # fmt: skip
+    lines = [" | ".join(cols)]
+    for r in results:
+        if r["name"] == "ceilings":
+            lines.insert(0, f"ceilings: copy {r['copy_TBps']:.2f} TB/s, gemm8192 {r.get('gemm8192_TFLOPs', 0):.0f} TFLOP/s")
+            continue
+        cells = []
+        for c in cols:
+            v = r.get(c, "-")
+            cells.append(f"{v:.3g}" if isinstance(v, float) else str(v))
+        lines.append(" | ".join(cells))
+        if "flex_note" in r:
+            lines.append(f"  note: {r['flex_note']}")
+        if "sweep" in r:
+            lines.append("  sweep: " + ", ".join(f"{s['tile']}/{s['splits']}={s['us']:.0f}" for s in r["sweep"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-flex", action="store_true")
+    parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--cases", nargs="*", default=None)
+    parser.add_argument("--json", default="bench_sparse.json")
+    args = parser.parse_args(argv)
+    results = run(quick=args.quick, flex=not args.no_flex, sweep=not args.no_sweep, names=args.cases)
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2)
+    print(format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""Native paged sparse attention on the H200 against the FP32 reference (marker ``gpu``).
+
+Fresh random problems (see ``sparse_cases.py``): 1..4096 ragged rows, decode and prefill,
+selections of 1..2051 slots with -1 padding, duplicates, future ids and ids past
+``seq_len_k``, -1 and out-of-range pages (whose K/V are NaN), page sizes 16/32/64, gate
+off / per head / elementwise in FP32 and the data dtype, LSE off / returned / buffer,
+``num_splits`` None/1/2/7/64, strided ``out`` views. Outputs are poisoned with NaN
+before the call and must be fully overwritten. Also: group sizes 3/4/16, FP16, padded
+K/V, CUDA-graph replay with new metadata, bitwise determinism.
+
+``-k memcheck`` selects the small subset meant for ``compute-sanitizer --tool memcheck``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+REL_L2 = 1e-2
+LSE_TOL = 1e-2
+
+
+def _load_cases():
+    name = "mate_kernels_musa_tests_sparse_cases"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_cases.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+cases = _load_cases()
+
+
+def _reference(case):
+    """The reference plan of ``case`` (own buffers, LSE always on), already run."""
+    from mate_core import plan_sparse_attention
+    from mate_reference import sparse_attention as reference
+
+    ref_kwargs = {k: v for k, v in case.kwargs.items() if k not in ("out", "lse", "return_lse")}
+    ref = plan_sparse_attention(**ref_kwargs, return_lse=True, backend="reference")
+    reference(ref)
+    return ref
+
+
+def _plans(case):
+    """(native plan with NaN-poisoned outputs, reference plan already run)."""
+    from mate_core import plan_sparse_attention
+
+    native = plan_sparse_attention(**case.kwargs, backend="tilelang")
+    native.out.fill_(float("nan"))
+    if native.lse is not None:
+        native.lse.fill_(float("nan"))
+    return native, _reference(case)
+
+
+def _check(native, ref, case) -> None:
+    torch.cuda.synchronize()
+    out = native.out_result
+    assert not torch.isnan(out).any(), f"NaN left in out: {case.notes}"
+    err = cases.rel_l2(out.float(), ref.out_result.float())
+    assert err < REL_L2, f"rel L2 {err:.3e}: {case.notes}"
+    empty = ref.lse_result == -math.inf
+    assert torch.equal(out[empty], torch.zeros_like(out[empty])), f"empty rows not zero: {case.notes}"
+    if native.lse is not None:
+        lerr = cases.lse_error(native.lse, ref.lse)
+        assert lerr < LSE_TOL, f"LSE error {lerr}: {case.notes}"
+    if case.out_base is not None:
+        outside = torch.ones_like(case.out_base, dtype=torch.bool)
+        outside.as_strided(out.shape, out.stride(), out.storage_offset()).fill_(False)
+        assert torch.isnan(case.out_base[outside].float()).all(), f"storage around out was written: {case.notes}"
+
+
+def _run_case(case) -> None:
+    from mate_kernels_musa import sparse_attention
+
+    case = case.to("cuda")
+    native, ref = _plans(case)
+    sparse_attention(native)
+    _check(native, ref, case)
+
+
+@pytest.mark.parametrize("index", range(32))
+def test_random_small(index: int, gen: torch.Generator) -> None:
+    _run_case(cases.random_case(gen, max_rows=64, max_width=300))
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_random_large(index: int, gen: torch.Generator) -> None:
+    width = 2051 if index < 2 else None  # two full-width QSA selections, then random widths
+    _run_case(cases.random_case(gen, max_rows=4096, max_width=2051, canonical=index % 2 == 0 or index < 2, width=width))
+
+
+@pytest.mark.parametrize("num_splits", cases.SPLITS)
+def test_fp16(num_splits, gen: torch.Generator) -> None:
+    _run_case(cases.random_case(gen, max_rows=48, max_width=400, dtype=torch.float16, num_splits=num_splits))
+
+
+@pytest.mark.parametrize(("hq", "hkv"), [(3, 1), (8, 2), (16, 1)])
+def test_group_sizes(hq: int, hkv: int, gen: torch.Generator) -> None:
+    for _ in range(3):
+        _run_case(cases.random_case(gen, max_rows=32, max_width=200, hq=hq, hkv=hkv))
+
+
+def test_decode_canonical_width(gen: torch.Generator) -> None:
+    """64 decode rows, 2051-slot QSA selections, every split count."""
+    for splits in cases.SPLITS:
+        case = cases.random_case(gen, max_rows=64, canonical=True, width=2051, num_splits=splits,
+                                 query_kind="cu", bad_pages=False)  # fmt: skip
+        _run_case(case)
+
+
+def test_padded_kv(gen: torch.Generator) -> None:
+    """Padded [R, S, Hkv, D] K/V with a padded query runs as one page per request."""
+    from mate_kernels_musa import sparse_attention
+
+    b, q, s, t = 3, 5, 200, 90
+    ids = torch.randint(-1, s + 20, (b, q, t), generator=gen, dtype=torch.int32)
+    kwargs = {
+        "query": torch.randn(b, q, 24, 256, generator=gen).to(torch.bfloat16),
+        "key": torch.randn(b, s, 2, 256, generator=gen).to(torch.bfloat16),
+        "value": torch.randn(b, s, 2, 256, generator=gen).to(torch.bfloat16),
+        "token_indices": ids,
+        "seq_lens_k": torch.tensor([200, 150, 17], dtype=torch.int32),
+        "num_splits": 1,
+        "return_lse": True,
+    }
+    case = cases.Case(kwargs).to("cuda")
+    native, ref = _plans(case)
+    sparse_attention(native)
+    _check(native, ref, case)
+
+
+def _graph_case(gen, query_kind):
+    case = cases.random_case(gen, max_rows=40, max_width=260, query_kind=query_kind, num_splits=None)
+    case.kwargs.pop("out", None)
+    case.out_base = None
+    case.kwargs["return_lse"] = True
+    return case.to("cuda")
+
+
+@pytest.mark.parametrize("query_kind", ["cu", "t2r", "padded"])
+def test_cuda_graph_replay_new_metadata(query_kind: str, gen: torch.Generator) -> None:
+    """Capture after warm-up, then replay with new data and metadata values in the same tensors."""
+    from mate_kernels_musa import sparse_attention
+
+    case = _graph_case(gen, query_kind)
+    native, _ = _plans(case)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sparse_attention(native)  # warm-up: compiles/loads kernels, creates placeholders
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_attention(native)
+    kw = case.kwargs
+    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
+    for _ in range(2):
+        # New values in the captured tensors: data, ids, page mapping, lengths.
+        for name in ("query", "key", "value"):
+            kw[name].copy_(torch.randn(kw[name].shape, device="cuda").to(kw[name].dtype))
+        kw["token_indices"].copy_(torch.randint(-1, cap, kw["token_indices"].shape, device="cuda", dtype=torch.int32))
+        perm = torch.randperm(kw["key"].shape[0], device="cuda")[: kw["block_table"].numel()]
+        kw["block_table"].copy_(perm.view_as(kw["block_table"]).to(torch.int32))
+        if "seq_lens_k" in kw:
+            kw["seq_lens_k"].copy_(torch.randint(1, cap + 1, kw["seq_lens_k"].shape, device="cuda", dtype=torch.int32))
+        native.out.fill_(float("nan"))
+        native.lse.fill_(float("nan"))
+        graph.replay()
+        _check(native, _reference(case), case)
+
+
+def test_bitwise_deterministic(gen: torch.Generator) -> None:
+    from mate_kernels_musa import sparse_attention
+
+    case = cases.random_case(gen, max_rows=256, max_width=2051, canonical=True, num_splits=None).to("cuda")
+    native, _ = _plans(case)
+    sparse_attention(native)
+    first = native.out_result.clone()
+    first_lse = None if native.lse is None else native.lse.clone()
+    native.out.fill_(float("nan"))
+    sparse_attention(native)
+    torch.cuda.synchronize()
+    assert torch.equal(first, native.out_result)
+    if first_lse is not None:
+        assert torch.equal(first_lse, native.lse)
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_memcheck_invalid_pages(index: int, gen: torch.Generator) -> None:
+    """Small cases with -1 / out-of-range pages and ids past the cache (run under memcheck)."""
+    case = cases.random_case(gen, max_rows=8, max_width=100, bad_pages=True, num_splits=[None, 1, 7][index])
+    _run_case(case)
