@@ -33,7 +33,7 @@ from mate_core.plans import SparseAttentionPlan
 from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build
 from ._sparse_macros import row_mode
-from .sparse_schedule import TILES, Schedule, choose_schedule
+from .sparse_schedule import CANDIDATES, TILES, Schedule, choose_schedule
 from .target import profile_for
 
 __all__ = ["sparse_attention", "schedule_for", "specializations", "MERGE_THREADS"]
@@ -90,12 +90,15 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
 
 def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False) -> tuple[Any, ...]:
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
-    t = TILES[tile_name]
+    t = TILES.get(tile_name) or CANDIDATES[tile_name]
     return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide)
 
 
 def specializations(
-    groups: tuple[int, ...] = (12,), dtypes: tuple[str, ...] = ("bfloat16", "float16"), wide: tuple[bool, ...] = (False,)
+    groups: tuple[int, ...] = (12,),
+    dtypes: tuple[str, ...] = ("bfloat16", "float16"),
+    wide: tuple[bool, ...] = (False,),
+    tiles: tuple[str, ...] = tuple(TILES),
 ) -> list[tuple[Any, tuple[Any, ...]]]:
     """``(factory, consts)`` of every kernel the launcher may build for these geometries.
 
@@ -104,7 +107,7 @@ def specializations(
     """
     paged = [
         (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w))
-        for g in groups for d in dtypes for name in TILES for w in wide
+        for g in groups for d in dtypes for name in tiles for w in wide
     ]  # fmt: skip
     merge = [
         (sparse_merge_kernel.sparse_merge_kernel, (d, gd, MERGE_THREADS)) for d in dtypes for gd in ("float32", d)

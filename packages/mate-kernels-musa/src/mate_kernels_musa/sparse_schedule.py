@@ -1,35 +1,42 @@
 """Schedules of the paged sparse-attention kernel and the ``num_splits=None`` heuristic.
 
-A schedule fixes the compile-time tile shape of :mod:`.sparse_paged_kernel` plus the
-runtime split count. Two tile shapes exist (QSA-DESIGN.md section 6 and the sweep in
-``benchmarks/bench_sparse.py``):
-
-* ``DECODE`` - 4 warps on a 16 x 32 score tile; more threads per CTA hide the gather
-  latency when there are few CTAs;
-* ``PREFILL`` - 2 warps on the same tile; smaller CTAs keep more rows resident per SM,
-  which is what matters once the grid is many waves deep.
+A schedule is a compile-time tile of :mod:`.sparse_paged_kernel` plus the runtime split
+count. The production tile ``W4`` is 4 warps on a 16 x 32 score tile (mma m16n8k16,
+Q heads padded 12 -> 16 in shared memory), 512 slots resolved per chunk, launch bounds
+capping registers for 4 CTAs per SM. Two alternatives were measured and lost on every
+issue-4 shape (H200, benchmarks/bench_sparse.py sweep, 2026-11-29): ``W2`` (2 warps,
+8-11% slower on prefill, up to 50% slower on decode) and ``N64`` (64-slot tiles); they
+stay in ``CANDIDATES`` for the benchmark sweep only.
 
 Heuristic for ``num_splits=None`` (plan value 0), with ``work = rows * Hkv`` (CTAs of
 one split) and ``sms`` the device's multiprocessor count:
 
-* ``work >= PREFILL_MIN_WAVES * sms``: the prefill tile, no split (enough CTAs to fill
-  the GPU several times over; a split would only add merge traffic);
-* otherwise the decode tile, with the smallest split count that gives at least
+* ``work >= PREFILL_MIN_WAVES * sms`` -> the prefill schedule: no split, one CTA per
+  (row, KV head); neighbouring rows run in neighbouring CTAs and share blocks through L2;
+* otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
-  ``MIN_SLOTS_PER_SPLIT`` selection slots (below that the fixed per-CTA cost of loading
-  Q and writing a partial dominates).
+  ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
+  partial dominates).
 
-The constants were measured on the H200 (132 SMs) with the issue-4 shapes (decode
-64 x 1 and 64 x 4 rows, 2051-token selections; prefill 4096 rows): see the sweep
-section of the benchmark JSON. A positive ``num_splits`` is used as given (1 = no
-SplitKV); the tile is then still chosen from ``work``.
+Measured (us, W4 tile, 2051-slot selections, median of CUDA-graph replays):
+
+=================  =====  =====  =====  =====  =====  =====
+splits                 1      2      3      4      6      8
+=================  =====  =====  =====  =====  =====  =====
+decode 64 x 1        145    108    102    101    126    117
+decode 64 x 4        298    314    329    345    373    392
+prefill 4096 rows   3276   3352   3538   3676   4057   4537
+=================  =====  =====  =====  =====  =====  =====
+
+The rule picks 3 splits for 64 x 1 (work 128), 1 for 64 x 4 (work 512 < 4 * 132) and
+1 for prefill. A positive ``num_splits`` is used as given (1 = no SplitKV).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Tile", "Schedule", "DECODE", "PREFILL", "TILES", "choose_schedule"]
+__all__ = ["Tile", "Schedule", "W4", "W2", "N64", "TILES", "CANDIDATES", "choose_schedule"]
 
 
 @dataclass(frozen=True)
@@ -50,9 +57,11 @@ class Schedule:
     splits: int
 
 
-DECODE = Tile("decode", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)
-PREFILL = Tile("prefill", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4)
-TILES = {t.name: t for t in (DECODE, PREFILL)}
+W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)
+W2 = Tile("w2", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4)
+N64 = Tile("n64", block_n=64, threads=128, chunk_blocks=8, num_stages=1, min_blocks=2)
+TILES = {t.name: t for t in (W4,)}  # what the launcher uses (and CI compiles)
+CANDIDATES = {t.name: t for t in (W2, N64)}  # measured alternatives (benchmark sweep only)
 
 PREFILL_MIN_WAVES = 4
 DECODE_TARGET_WAVES = 2
@@ -72,11 +81,10 @@ def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int) 
         Multiprocessors of the device.
     """
     work = max(rows * hkv, 1)
-    tile = PREFILL if work >= PREFILL_MIN_WAVES * sms else DECODE
     if num_splits > 0:
-        return Schedule(tile, num_splits)
-    if tile is PREFILL:
-        return Schedule(tile, 1)
+        return Schedule(W4, num_splits)
+    if work >= PREFILL_MIN_WAVES * sms:
+        return Schedule(W4, 1)
     wanted = -(-DECODE_TARGET_WAVES * sms // work)
     cap = max(1, n_tok // MIN_SLOTS_PER_SPLIT)
-    return Schedule(tile, max(1, min(wanted, cap)))
+    return Schedule(W4, max(1, min(wanted, cap)))
