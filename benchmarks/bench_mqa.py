@@ -123,16 +123,19 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
 
 def run(quick: bool = False, variants: bool = False) -> list[dict]:
     """Run every shape; returns one dict per measurement (the first holds the ceilings)."""
-    ceil = measure_ceilings()
-    results: list[dict] = [{"name": "ceilings", **ceil, **env_info()}]
+    # Twice, keeping the best: the first pass can run before the clocks have ramped up
+    # (a first try here read 2.76 TB/s copy against the 4.3 TB/s this GPU sustains).
+    first, second = measure_ceilings(), measure_ceilings()
+    ceil = {key: max(first[key], second[key]) for key in first}
+    results: list[dict] = [{"name": "ceilings", **ceil, "first_pass": first, **env_info()}]
     for ps in (64, 16):
         results.append(bench_decode(ps, ceil, quick))
     results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick))
     results.append(bench_prefill("causal", 32768, 8192, 0, ceil, quick))
     if variants:
-        results.append(bench_decode(64, ceil, quick, block_keys=256))
-        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(128, 64, 256)))
-        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(64, 128, 128)))
+        results.append(bench_decode(64, ceil, quick, block_keys=64))
+        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(64, 64, 128, 32)))
+        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(128, 64, 256, 16)))
     return results
 
 

@@ -13,6 +13,10 @@ DIM = 128
 # Vector loads move 16 bytes = 8 BF16/FP16 elements; strides passed in units of 8 let the
 # compiler prove alignment and emit 128-bit loads (plan validation guarantees the layout).
 VEC = 8
+# T.Parallel annotation: lower the global->shared copy in the loop to 16-byte cp.async, so a
+# tile's loads are all in flight at once (plain loads behind bounds predicates are issued
+# one round trip at a time). Predicated-off elements are zero-filled without a read.
+ASYNC = {"parallel_prefer_async": True}
 
 
 def vec_view(raw, strides8):

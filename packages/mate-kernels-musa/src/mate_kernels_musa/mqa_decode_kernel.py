@@ -39,7 +39,7 @@ def decode_kernel(dtype: str, page_size: int, k_vec: bool = True, block_keys: in
     """
     import tilelang.language as T
 
-    from ._mqa_macros import DIM, HEADS, neg_inf, vec_view
+    from ._mqa_macros import ASYNC, DIM, HEADS, neg_inf, vec_view
 
     PS, BK = page_size, block_keys
     nbatch, npages, maxp, mlen = T.dynamic("nbatch npages maxp mlen")
@@ -65,6 +65,9 @@ def decode_kernel(dtype: str, page_size: int, k_vec: bool = True, block_keys: in
             score = T.alloc_fragment((BK,), "float32")
             ctx = T.alloc_var("int32")
             k0 = bx * BK
+            # The query load is issued before the length/page-table round trips it does not need.
+            for h, d in T.Parallel(QCOLS, DIM):
+                Q_s[h, d] = T.if_then_else(h < HEADS, q[b, T.min(h, HEADS - 1), d], T.cast(0, dtype))
             ctx = T.min(context_lens[b], maxp * PS)
 
             if k0 < ctx:
@@ -75,9 +78,9 @@ def decode_kernel(dtype: str, page_size: int, k_vec: bool = True, block_keys: in
                 for i in T.Parallel(BK):
                     if page_s[i] >= npages:
                         page_s[i] = -1
-                for h, d in T.Parallel(QCOLS, DIM):
-                    Q_s[h, d] = T.if_then_else(h < HEADS, q[b, T.min(h, HEADS - 1), d], T.cast(0, dtype))
-                for i, d in T.Parallel(BK, DIM):
+                # cp.async: every 16-byte load of the tile in flight at once (a plain load
+                # loop behind bounds predicates issued them one round trip at a time).
+                for i, d in T.Parallel(BK, DIM, annotations=ASYNC):
                     K_s[i, d] = k[T.max(page_s[i], 0), (k0 + i) % PS, d]
                 T.gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
                 for i, h in T.Parallel(BK, QCOLS):

@@ -25,20 +25,11 @@ __all__ = ["indexer_score", "mqa_prefill", "mqa_decode"]
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 VEC_ELEMS = 8  # 16 bytes of BF16/FP16
-# Score grid: about this many CTAs per SM (2 resident x a few waves) balances ragged work.
-CTAS_PER_SM = 8
 
 
 @functools.cache
 def _profile(device_type: str, index: int | None) -> str:
     return profile_for(native_target_for(torch.device(device_type, index))).name
-
-
-@functools.cache
-def _sm_count(index: int | None) -> int:
-    return torch.cuda.get_device_properties(
-        index if index is not None else torch.cuda.current_device()
-    ).multi_processor_count
 
 
 def _kernel(factory: Any, device: torch.device, *consts: Any) -> Any:
@@ -60,13 +51,6 @@ def vector_ok(t: torch.Tensor) -> bool:
     return all(t.shape[a] <= 1 or t.stride(a) % VEC_ELEMS == 0 for a in range(t.dim() - 1))
 
 
-def _score_grid(row_tiles: int, key_tiles: int, sms: int) -> tuple[int, int]:
-    """``(tiles_per_cta, key_grid)``: split the key tiles so the grid fills the GPU."""
-    splits = max(1, min(key_tiles, -(-CTAS_PER_SM * sms // max(row_tiles, 1))))
-    per_cta = -(-key_tiles // splits)
-    return per_cta, -(-key_tiles // per_cta)
-
-
 def launch_score(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -74,21 +58,17 @@ def launch_score(
     ends: torch.Tensor,
     out: torch.Tensor,
     scale: float,
-    tiles: tuple[int, int, int] = mqa_score_kernel.DEFAULT_TILES,
+    tiles: tuple[int, int, int, int] = mqa_score_kernel.DEFAULT_TILES,
 ) -> None:
     """Run the score kernel on ``q [nb, nq, 4, 128]``, ``k [nb, nk, 128]``, ``out [nb, nq, nk]``.
 
-    ``starts``/``ends`` are ``[nb, nq]`` int32; ``tiles`` is ``(block_rows, block_keys, threads)``.
+    ``starts``/``ends`` are ``[nb, nq]`` int32; ``tiles`` is ``(block_rows, block_keys, threads,
+    tiles_per_cta)``; the grid is derived from the shapes inside the kernel.
     """
-    nb, nq, nk = out.shape
     if out.numel() == 0:
         return
-    block_rows, block_keys, _ = tiles
     kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles)
-    row_tiles = nb * -(-nq // block_rows)
-    key_tiles = -(-nk // block_keys)
-    per_cta, kgrid = _score_grid(row_tiles, key_tiles, _sm_count(q.device.index))
-    kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), per_cta, kgrid, float(scale))
+    kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), float(scale))
 
 
 def mqa_prefill(plan: MQAPrefillPlan) -> None:

@@ -6,11 +6,12 @@ computed on the device by the launcher). Key ``j`` of row ``r`` is visible iff
 ``starts[b, r] <= j < ends[b, r]``; every other element gets ``-inf`` from this same kernel.
 
 Schedule: a CTA keeps ``BN`` query rows x 4 heads resident in shared memory and walks a
-contiguous range of ``BM``-key tiles. Per tile, four ``BN x BM x 128`` GEMMs (one per
+contiguous range of ``TPC`` ``BM``-key tiles, double-buffered with cp.async. Per tile, four ``BN x BM x 128`` GEMMs (one per
 head, query rows on the MMA's M side, keys on N) accumulate ``relu`` into one FP32
-register tile, which is masked, scaled and staged through shared memory so the global
-store is row-contiguous (coalesced along keys). Tiles that no row of the CTA can see skip
-the loads and the GEMMs and only store ``-inf``. Rows on the M side rather than keys
+register tile, which is masked, scaled and staged through (XOR-swizzled) shared memory so
+the global store is row-contiguous (coalesced along keys). Tiles that no row of the CTA can
+see skip the GEMMs and only store ``-inf``. Two CTAs fit per SM (shared memory and
+registers are both sized for exactly two), so one CTA's MMAs overlap the other's stores. Rows on the M side rather than keys
 (QSA-DESIGN.md §4 suggests keys on M) because prefill always has many rows and the output
 is key-contiguous: this orientation gives coalesced stores, and the decode kernel, which has
 a single row, swaps.
@@ -23,11 +24,18 @@ from typing import Any
 BLOCK_ROWS = 64
 BLOCK_KEYS = 64
 THREADS = 128  # one warpgroup per 64 rows
-DEFAULT_TILES = (BLOCK_ROWS, BLOCK_KEYS, THREADS)
+TILES_PER_CTA = 16  # key tiles walked by one CTA (grid y = ceil(key tiles / 16))
+DEFAULT_TILES = (BLOCK_ROWS, BLOCK_KEYS, THREADS, TILES_PER_CTA)
 INT_MAX = 2**31 - 1
 
 
-def score_kernel(dtype: str, block_rows: int = BLOCK_ROWS, block_keys: int = BLOCK_KEYS, threads: int = THREADS) -> Any:
+def score_kernel(
+    dtype: str,
+    block_rows: int = BLOCK_ROWS,
+    block_keys: int = BLOCK_KEYS,
+    threads: int = THREADS,
+    tiles_per_cta: int = TILES_PER_CTA,
+) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
     Runtime arguments
@@ -37,17 +45,21 @@ def score_kernel(dtype: str, block_rows: int = BLOCK_ROWS, block_keys: int = BLO
     starts, ends : [nb, nq] int32 (any strides): visible key interval per row.
     out : [nb, nq, nk] float32, contiguous.
     q_s8, k_s8 : the outer strides of q and k divided by 8 (0 for size-1 axes).
-    tiles_per_cta : int32, key tiles walked by one CTA (grid y = ceil(tiles / tiles_per_cta)).
     scale : float32 multiplier.
     """
     import tilelang.language as T
 
-    from ._mqa_macros import DIM, HEADS, neg_inf, vec_view
+    from ._mqa_macros import ASYNC, DIM, HEADS, neg_inf, vec_view
 
-    BN, BM = block_rows, block_keys
+    BN, BM, TPC = block_rows, block_keys, tiles_per_cta
     nwarps = threads // 32
     nb, nq, nk = T.dynamic("nb nq nk")
     sq0, sq1, sq2, sk0, sk1, sr0, sr1, se0, se1 = T.dynamic("sq0 sq1 sq2 sk0 sk1 sr0 sr1 se0 se1", "int64")
+
+    def swz(r, c):
+        # XOR-swizzled O_s column: the MMA fragment writes 8 rows at once, which would all hit
+        # the same banks in an unpadded row-major tile (and a pad would cost the 2nd CTA/SM).
+        return c ^ ((r & 3) << 3)
 
     @T.macro
     def head_gemm(Q_s, K_s, acc, total, h: int):
@@ -67,17 +79,14 @@ def score_kernel(dtype: str, block_rows: int = BLOCK_ROWS, block_keys: int = BLO
         q_s82: T.int64,
         k_s80: T.int64,
         k_s81: T.int64,
-        tiles_per_cta: T.int32,
-        kgrid_: T.int32,
         scale: T.float32,
     ):
-        with T.Kernel(T.ceildiv(nq, BN), kgrid_, nb, threads=threads) as (bx, by, bz):
+        with T.Kernel(T.ceildiv(nq, BN), T.ceildiv(T.ceildiv(nk, BM), TPC), nb, threads=threads) as (bx, by, bz):
             q = vec_view(q_raw, (q_s80, q_s81, q_s82))
             k = vec_view(k_raw, (k_s80, k_s81))
             Q_s = T.alloc_shared((HEADS * BN, DIM), dtype)
             K_s = T.alloc_shared((BM, DIM), dtype)
-            # +8 floats per row: the fragment writes O_s in 8-row groups; the pad spreads them over banks.
-            O_s = T.alloc_shared((BN, BM + 8), "float32")
+            O_s = T.alloc_shared((BN, BM), "float32")
             lo_s = T.alloc_shared((BN,), "int32", scope="shared")
             hi_s = T.alloc_shared((BN,), "int32", scope="shared")
             red_s = T.alloc_shared((2 * nwarps,), "int32", scope="shared")
@@ -111,29 +120,33 @@ def score_kernel(dtype: str, block_rows: int = BLOCK_ROWS, block_keys: int = BLO
                 hi = T.max(hi, red_s[nwarps + w])
 
             for h in T.serial(HEADS):
-                for r, d in T.Parallel(BN, DIM):
+                for r, d in T.Parallel(BN, DIM, annotations=ASYNC):
                     Q_s[h * BN + r, d] = q[bz, row0 + r, h, d]
 
-            ntiles = T.ceildiv(nk, BM)
-            for t in T.serial(by * tiles_per_cta, T.min((by + 1) * tiles_per_cta, ntiles)):
-                k0 = t * BM
-                if k0 < hi and k0 + BM > lo:
-                    T.copy(k[bz, k0, 0], K_s, disable_tma=True)
+            # A fixed trip count (TPC tiles) keeps the loop pipelinable: the cp.async load of
+            # tile it+2 runs under the GEMMs and stores of tile it+1. Tiles past nk load zeros
+            # (bounds predicate) and store nothing.
+            for it in T.Pipelined(TPC, num_stages=2):
+                for i, d in T.Parallel(BM, DIM):
+                    K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
+                if (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo:
                     T.clear(total)
                     head_gemm(Q_s, K_s, acc, total, 0)
                     head_gemm(Q_s, K_s, acc, total, 1)
                     head_gemm(Q_s, K_s, acc, total, 2)
                     head_gemm(Q_s, K_s, acc, total, 3)
                     for r, c in T.Parallel(BN, BM):
-                        O_s[r, c] = T.if_then_else(
-                            (k0 + c >= lo_s[r]) & (k0 + c < hi_s[r]), total[r, c] * scale, neg_inf()
+                        O_s[r, swz(r, c)] = T.if_then_else(
+                            ((by * TPC + it) * BM + c >= lo_s[r]) & ((by * TPC + it) * BM + c < hi_s[r]),
+                            total[r, c] * scale,
+                            neg_inf(),
                         )
                 else:
                     for r, c in T.Parallel(BN, BM):
-                        O_s[r, c] = neg_inf()
+                        O_s[r, c] = neg_inf()  # all equal: the swizzle does not matter
                 for r, c in T.Parallel(BN, BM):
-                    if row0 + r < nq and k0 + c < nk:
-                        out[bz, row0 + r, k0 + c] = O_s[r, c]
+                    if row0 + r < nq and (by * TPC + it) * BM + c < nk:
+                        out[bz, row0 + r, (by * TPC + it) * BM + c] = O_s[r, swz(r, c)]
                 # The next tile rewrites O_s (the -inf branch has no barrier of its own).
                 T.sync_threads()
 
