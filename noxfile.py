@@ -94,7 +94,7 @@ def qsa(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
-    session.run("ruff", "check", "packages", "noxfile.py", "benchmarks")
+    session.run("ruff", "check", "packages", "benchmarks", "noxfile.py", "conftest.py")
 
 
 def _load_toml(path: Path) -> dict:
