@@ -194,6 +194,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     if rows == 0:
         return
     device = _dev(q)
+    profile = _profile(device)  # the arch gate, before any device-property query or compile
     pages, hkv = key.shape[0], key.shape[-2]
     sched = schedule or schedule_for(plan)
     tile = sched.tile
@@ -201,7 +202,6 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     vf, (vp, vs, vh) = _flat16(value)
     wide = max(kf.shape[0], vf.shape[0]) >= _INT32_LIMIT
     dtype = _DTYPES[q.dtype]
-    profile = _profile(device)
     main = build(sparse_paged_kernel.sparse_paged_kernel, profile, *paged_consts(hq // hkv, dtype, tile.name, wide))
     gate, has_gate, gate_dtype = _gate_view(plan)
     merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
