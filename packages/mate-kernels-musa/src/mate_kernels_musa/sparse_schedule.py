@@ -4,9 +4,9 @@ A schedule is a compile-time tile of :mod:`.sparse_paged_kernel` plus the runtim
 count. The production tile ``W4`` is 4 warps on a 16 x 32 score tile (mma m16n8k16,
 Q heads padded 12 -> 16 in shared memory), 512 slots resolved per chunk, launch bounds
 capping registers for 4 CTAs per SM. Two alternatives were measured and lost on every
-issue-4 shape (H200, benchmarks/bench_sparse.py sweep, 2026-11-29): ``W2`` (2 warps,
-8-11% slower on prefill, up to 50% slower on decode) and ``N64`` (64-slot tiles); they
-stay in ``CANDIDATES`` for the benchmark sweep only.
+issue-4 shape (H200, ``benchmarks/bench_sparse.py`` sweep, 2026-11-29): ``W2`` (2 warps:
+decode 64 x 1 120 vs 102 us, prefill 3614 vs 3249 us) and ``N64`` (64-slot tiles, 2 CTAs
+per SM: 108 vs 102 us, 3877 vs 3249 us); they stay in ``CANDIDATES`` for the sweep only.
 
 Heuristic for ``num_splits=None`` (plan value 0), with ``work = rows * Hkv`` (CTAs of
 one split) and ``sms`` the device's multiprocessor count:
@@ -18,15 +18,17 @@ one split) and ``sms`` the device's multiprocessor count:
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
   partial dominates).
 
-Measured (us, W4 tile, 2051-slot selections, median of CUDA-graph replays):
+Measured (us, W4 tile, 2051-slot selections, median of CUDA-graph replays; prefill
+columns 3..8 from a first run of the same kernel):
 
-=================  =====  =====  =====  =====  =====  =====
-splits                 1      2      3      4      6      8
-=================  =====  =====  =====  =====  =====  =====
-decode 64 x 1        145    108    102    101    126    117
-decode 64 x 4        298    314    329    345    373    392
-prefill 4096 rows   3276   3352   3538   3676   4057   4537
-=================  =====  =====  =====  =====  =====  =====
+=====================  =====  =====  =====  =====  =====  =====
+splits                     1      2      3      4      6      8
+=====================  =====  =====  =====  =====  =====  =====
+decode 64 x 1            143    108    102    102    125    117
+decode 64 x 4            301    318    332    348    374    392
+prefill 4096, overlap   3249   3343   3538   3676   4057   4537
+prefill 4096, uniform   3671   3729
+=====================  =====  =====  =====  =====  =====  =====
 
 The rule picks 3 splits for 64 x 1 (work 128), 1 for 64 x 4 (work 512 < 4 * 132) and
 1 for prefill. A positive ``num_splits`` is used as given (1 = no SplitKV).
