@@ -114,17 +114,24 @@ def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_
 
 
 def measure_ceilings(device: str | torch.device = "cuda") -> dict[str, float]:
-    """Copy bandwidth (bytes read + written per second) and bf16 GEMM rates, measured now."""
-    n = 1 << 30  # 1 GiB source: far beyond L2
-    src = torch.empty(n, dtype=torch.uint8, device=device).random_()
-    dst = torch.empty_like(src)
-    copy = time_cuda_graph(lambda: dst.copy_(src), reps=20, flush_l2=False)
-    out: dict[str, float] = {"copy_TBps": 2 * n / (copy["median_us"] * 1e-6) / 1e12}
+    """Copy bandwidth (bytes read + written per second) and bf16 GEMM rates, measured now.
+
+    The GEMMs run first and the copy is measured twice (best kept): measured cold, the
+    first copy of a process read 2.76 TB/s on the H200 against the 4.3 TB/s it sustains
+    once its clocks have ramped up.
+    """
+    out: dict[str, float] = {}
     for size in (4096, 8192):
         a = torch.randn(size, size, dtype=torch.bfloat16, device=device)
         b = torch.randn(size, size, dtype=torch.bfloat16, device=device)
-        t = time_cuda_graph(lambda a=a, b=b: a @ b, reps=10, flush_l2=False)
+        t = time_cuda_graph(lambda a=a, b=b: a @ b, reps=20, warmup=5, flush_l2=False)
         out[f"gemm{size}_TFLOPs"] = 2 * size**3 / (t["median_us"] * 1e-6) / 1e12
+    n = 1 << 30  # 1 GiB source: far beyond L2
+    src = torch.empty(n, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    best = min(time_cuda_graph(lambda: dst.copy_(src), reps=30, warmup=5, flush_l2=False)["median_us"]
+               for _ in range(2))  # fmt: skip
+    out["copy_TBps"] = 2 * n / (best * 1e-6) / 1e12
     return out
 
 
