@@ -1,0 +1,108 @@
+"""The benchmark suite: every native entry point on the canonical shapes, plus scaling sweeps.
+
+    python -m benchmarks [--quick] [--out DIR] [--no-flex] [--no-sweep]
+
+In one process it measures the hardware ceilings, then each case: the native kernel,
+the plain-PyTorch path and (core attention) FlexAttention, each native output checked
+against the PyTorch path before it is timed. It writes ``DIR/bench.json`` (GPU,
+driver, versions, exact shapes, every median), prints a table, and, when matplotlib
+is installed, ``DIR/time_vs_context.png`` and ``DIR/roofline.png``. The README's
+Performance section is regenerated from the JSON by ``python -m benchmarks.report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks import bench_mqa, bench_sparse, report, sweep
+from benchmarks.timing import env_info, measure_ceilings
+
+__all__ = ["main", "run"]
+
+
+def _annotate_mqa(row: dict[str, Any], copy_tbps: float) -> dict[str, Any]:
+    op = "mqa_decode" if row["name"].startswith("decode") else "mqa_prefill"
+    row = {"op": op, **row}
+    if op == "mqa_decode":
+        row["bytes"] = row["floor_us"] * 1e-6 * copy_tbps * 1e12
+        keys = row["bytes"] / (2 * bench_mqa.D + 4)  # each key: D bf16 values read, one FP32 logit written
+        row["flops"] = 2 * bench_mqa.H * bench_mqa.D * keys
+    else:
+        row["flops"] = row["TFLOPs_visible"] * 1e6 * row["native_us"]
+        row["bytes"] = row["write_floor_us"] * 1e-6 * copy_tbps * 1e12
+    return row
+
+
+def _annotate_sparse(row: dict[str, Any], copy_tbps: float) -> dict[str, Any]:
+    row = {"op": "sparse_attention", **row}
+    row["bytes"] = row["floor_us"] * 1e-6 * copy_tbps * 1e12
+    row["flops"] = 4 * row["rows"] * row["width"] * bench_sparse.HQ * bench_sparse.D
+    if "flex_us" in row:
+        row["speedup_vs_flex"] = row["flex_us"] / row["native_us"]
+    return row
+
+
+def run(quick: bool, flex: bool, do_sweep: bool, progress: Any = None) -> dict[str, Any]:
+    ceilings = measure_ceilings()
+    results: list[dict[str, Any]] = []
+    stages = 2 + (len(list(sweep.points(quick))) if do_sweep else 0)
+    task = progress.add_task("benchmarks", total=stages) if progress else None
+
+    def step(label: str) -> None:
+        if progress:
+            progress.update(task, advance=1, description=label)
+
+    for row in bench_mqa.run(quick=quick)[1:]:
+        results.append(_annotate_mqa(row, ceilings["copy_TBps"]))
+    step("MQA indexer cases")
+    for row in bench_sparse.run(quick=quick, flex=flex, sweep=False)[1:]:
+        results.append(_annotate_sparse(row, ceilings["copy_TBps"]))
+    step("sparse attention cases")
+    if do_sweep:
+        for op, axis, x in sweep.points(quick):
+            results.append(sweep.run_point(op, axis, x, ceilings["copy_TBps"], quick))
+            step(f"sweep {op} {axis}={x}")
+    return {
+        "date": datetime.date.today().isoformat(),
+        "command": "python -m benchmarks" + (" --quick" if quick else ""),
+        "env": env_info(),
+        "ceilings": ceilings,
+        "results": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a one-minute subset")
+    parser.add_argument("--out", default="bench-results", help="directory for bench.json and plots")
+    parser.add_argument("--no-flex", action="store_true", help="skip FlexAttention (slow to compile)")
+    parser.add_argument("--no-sweep", action="store_true", help="canonical cases only")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("the benchmark suite needs a CUDA GPU (sm_90 with TileLang for the native kernels)", file=sys.stderr)
+        return 2
+    try:
+        from rich.progress import Progress
+    except ImportError:
+        doc = run(args.quick, not args.no_flex, not args.no_sweep)
+    else:
+        with Progress() as progress:
+            doc = run(args.quick, not args.no_flex, not args.no_sweep, progress)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(doc, indent=2))
+    print(report.render_table(doc))
+    try:
+        for path in report.plot(doc, out):
+            print(f"wrote {path}")
+    except ImportError:
+        print("matplotlib is not installed: no plots (run python -m benchmarks.report on the JSON elsewhere)")
+    print(f"wrote {out / 'bench.json'}")
+    return 0

@@ -1,0 +1,55 @@
+"""The report renders a suite JSON into a table, plots and a README section (CPU only)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import report, sweep
+
+
+def _doc() -> dict:
+    case = {"op": "sparse_attention", "name": "decode_64x1", "native_us": 102.5, "floor_us": 63.3,
+            "ratio_to_floor": 1.62, "torch_us": 1157.0, "speedup_vs_torch": 11.3, "bytes": 2.7e8, "flops": 3.2e9}
+    pts = [{"op": "sparse_decode", "sweep": "context", "x": x, "name": f"p{x}", "native_us": x / 1000,
+            "floor_us": x / 2000, "torch_us": x / 100, "ratio_to_floor": 2.0} for x in (8192, 32768, 131072)]  # fmt: skip
+    return {
+        "date": "2026-11-29",
+        "command": "python -m benchmarks",
+        "env": {"gpu": "NVIDIA H200", "torch": "2.11", "tilelang": "0.1.15", "driver": "580", "cuda": "13.0"},
+        "ceilings": {"copy_TBps": 4.27, "gemm4096_TFLOPs": 745.0, "gemm8192_TFLOPs": 681.0},
+        "results": [case, *pts],
+    }
+
+
+def test_table_lists_cases_not_sweep_points() -> None:
+    text = report.render_table(_doc())
+    assert "decode_64x1" in text and "102" in text and "NVIDIA H200" in text
+    assert "p8192" not in text
+
+
+def test_plots_written(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    paths = report.plot(_doc(), tmp_path)
+    assert {p.name for p in paths} == {"time_vs_context.png", "roofline.png"}
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_readme_section_replaced_between_markers(tmp_path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Performance\n{report.BEGIN}\nold\n{report.END}\n\ntail\n")
+    json_path = tmp_path / "bench.json"
+    json_path.write_text(json.dumps(_doc()))
+    report.update_readme(readme, report.readme_section(report.load(json_path), ["perf/roofline.png"]))
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("tail\n")
+    assert "| sparse_attention | decode_64x1 | 102 | 63.3 | 1.62 | 1.16e+03 |" in text.replace("1157", "1.16e+03")
+    assert "![roofline](perf/roofline.png)" in text and "4.27 TB/s" in text
+
+
+def test_sweep_points_cover_each_axis() -> None:
+    quick, full = list(sweep.points(True)), list(sweep.points(False))
+    assert {a for _, a, _ in full} == {"context", "batch", "width"}
+    assert len(quick) < len(full)
+    assert ("sparse_decode", "width", 2051) in full and ("mqa_decode", "context", 131072) in full
