@@ -1,6 +1,6 @@
 """Every MQA kernel specialization compiles for sm_90a (no GPU needed: tilelang + nvcc).
 
-Specializations: score kernel x {bf16, fp16}; decode kernel x {bf16, fp16} x page size
+Specializations: score kernel x {bf16, fp16} x {TMA store (keys % 4 == 0), plain store}; decode kernel x {bf16, fp16} x page size
 {8, 16, 32, 64} on the vector path. The element-load decode path (unaligned k_cache) differs
 only in its load code, so two of its specializations (both dtypes, both page-size extremes)
 are compiled to keep the CPU suite short.
@@ -22,15 +22,17 @@ def _source(kernel) -> str:
     return src
 
 
+@pytest.mark.parametrize("tma_out", [True, False], ids=["tma-store", "plain-store"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_score_kernel_compiles(dtype: str) -> None:
+def test_score_kernel_compiles(dtype: str, tma_out: bool) -> None:
     from mate_kernels_musa import mqa_score_kernel
     from mate_kernels_musa._build import build
 
-    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", dtype, *mqa_score_kernel.DEFAULT_TILES))
-    # Hopper path: warpgroup MMA and 16-byte vector loads of Q and K.
+    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", dtype, *mqa_score_kernel.DEFAULT_TILES, tma_out))
+    # Hopper path: warpgroup MMA and 16-byte cp.async loads of Q and K; bulk tensor stores.
     assert "wgmma" in src
-    assert "uint4" in src
+    assert "cp_async_gs_conditional<16>" in src
+    assert ("tma_store" in src) == tma_out
 
 
 DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]
@@ -43,7 +45,7 @@ def test_decode_kernel_compiles(dtype: str, page_size: int, k_vec: bool) -> None
 
     block_keys = mqa_decode_kernel.BLOCK_KEYS
     src = _source(build(mqa_decode_kernel.decode_kernel, "cuda-sm90a", dtype, page_size, k_vec, block_keys))
-    assert ("uint4" in src) == k_vec
+    assert ("cp_async_gs_conditional<16>" in src) == k_vec
 
 
 def test_import_does_not_import_tilelang() -> None:

@@ -67,7 +67,9 @@ def launch_score(
     """
     if out.numel() == 0:
         return
-    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles)
+    # Bulk tensor (TMA) stores need 16-byte row pitches: nk % 4 == 0 (out is contiguous).
+    tma_out = out.shape[2] % 4 == 0 and out.data_ptr() % 16 == 0
+    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles, tma_out)
     kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), float(scale))
 
 

@@ -35,6 +35,7 @@ def score_kernel(
     block_keys: int = BLOCK_KEYS,
     threads: int = THREADS,
     tiles_per_cta: int = TILES_PER_CTA,
+    tma_out: bool = False,
 ) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
@@ -135,18 +136,34 @@ def score_kernel(
                     head_gemm(Q_s, K_s, acc, total, 1)
                     head_gemm(Q_s, K_s, acc, total, 2)
                     head_gemm(Q_s, K_s, acc, total, 3)
-                    for r, c in T.Parallel(BN, BM):
-                        O_s[r, swz(r, c)] = T.if_then_else(
-                            ((by * TPC + it) * BM + c >= lo_s[r]) & ((by * TPC + it) * BM + c < hi_s[r]),
-                            total[r, c] * scale,
-                            neg_inf(),
-                        )
+                    if tma_out:
+                        for r, c in T.Parallel(BN, BM):
+                            total[r, c] = T.if_then_else(
+                                ((by * TPC + it) * BM + c >= lo_s[r]) & ((by * TPC + it) * BM + c < hi_s[r]),
+                                total[r, c] * scale,
+                                neg_inf(),
+                            )
+                        T.copy(total, O_s)
+                    else:
+                        for r, c in T.Parallel(BN, BM):
+                            O_s[r, swz(r, c)] = T.if_then_else(
+                                ((by * TPC + it) * BM + c >= lo_s[r]) & ((by * TPC + it) * BM + c < hi_s[r]),
+                                total[r, c] * scale,
+                                neg_inf(),
+                            )
+                else:
+                    T.fill(O_s, neg_inf())  # all equal: the layout/swizzle does not matter
+                if tma_out:
+                    # Every writer fences its generic-proxy O_s stores before the barrier the
+                    # bulk copy engine's read follows; one bulk tensor store per tile, which
+                    # clips rows >= nq and keys >= nk.
+                    T.fence_proxy_async()
+                    T.sync_threads()
+                    T.copy(O_s, out[bz, row0, (by * TPC + it) * BM])
                 else:
                     for r, c in T.Parallel(BN, BM):
-                        O_s[r, c] = neg_inf()  # all equal: the swizzle does not matter
-                for r, c in T.Parallel(BN, BM):
-                    if row0 + r < nq and (by * TPC + it) * BM + c < nk:
-                        out[bz, row0 + r, (by * TPC + it) * BM + c] = O_s[r, swz(r, c)]
+                        if row0 + r < nq and (by * TPC + it) * BM + c < nk:
+                            out[bz, row0 + r, (by * TPC + it) * BM + c] = O_s[r, swz(r, c)]
                 # The next tile rewrites O_s (the -inf branch has no barrier of its own).
                 T.sync_threads()
 
