@@ -6,6 +6,7 @@ package metadata, devices from torch's host-side properties.
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import shutil
@@ -22,6 +23,13 @@ from mate_kernels_musa.target import profile_for
 __all__ = ["devices", "native_targets", "package_versions", "supported_device", "tilelang_config"]
 
 _DISTRIBUTIONS = ("mate-qsa", "mate-core", "mate-reference", "mate-kernels-musa", "torch", "rich")
+_MODULES = {
+    "mate-qsa": "mate",
+    "mate-core": "mate_core",
+    "mate-reference": "mate_reference",
+    "mate-kernels-musa": "mate_kernels_musa",
+    "torch": "torch",
+}
 
 # TileLang reads these; the cache key includes the template/CUTLASS paths, so a
 # cache built on one machine is reused elsewhere only when they match.
@@ -41,11 +49,10 @@ def package_versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {"python": platform.python_version()}
     for name in _DISTRIBUTIONS:
         found[name] = _dist_version(name)
-    # Source checkouts on PYTHONPATH have no distribution metadata.
-    if found["mate-kernels-musa"] is None:
-        found["mate-kernels-musa"] = mate_kernels_musa.__version__
-    if found["torch"] is None:
-        found["torch"] = torch.__version__
+    # Source checkouts on PYTHONPATH have no distribution metadata: ask the modules.
+    for name, module in _MODULES.items():
+        if found[name] is None:
+            found[name] = importlib.import_module(module).__version__
     found["torch cuda build"] = torch.version.cuda
     found["tilelang"] = mate_kernels_musa.tilelang_version()
     return found
