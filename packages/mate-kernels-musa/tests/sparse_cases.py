@@ -1,13 +1,19 @@
 """Random paged sparse-attention problems for the native-kernel tests (CPU and GPU).
 
-``random_case(gen, ...)`` draws one ``qsa_sparse_attention`` call on the paged logical
-path: ragged requests (decode and prefill sized), flattened (``cu_seqlens_q`` or
+``random_case(gen, ...)`` draws one ``qsa_sparse_attention`` call on the paged (or, with
+``kv="padded"``, padded ``[B, S, Hkv, D]``) logical path: ragged requests (decode and prefill sized), flattened (``cu_seqlens_q`` or
 ``token_to_req`` with padded rows) or padded ``[B, Q]`` queries, shuffled physical pages
 with -1 and out-of-range block-table entries, selections with -1 padding, duplicates,
 future ids and ids past ``seq_len_k``, optional ``seq_lens_q`` / ``seq_lens_k`` /
 ``query_positions``, gates of both shapes and dtypes, LSE buffers and strided ``out``
 views. Every K/V slot that no row may use holds NaN, so any read of a masked token
-shows up in the output. Data are random normals, never zeros.
+shows up in the output. Data are random normals, never zeros. With ``views=True`` every
+input (query, K/V, indices, metadata, gate) is a strided view at an odd storage offset
+inside a larger poisoned buffer (K/V offsets and outer strides stay 16-byte multiples).
+
+``physical_case(gen, ...)`` draws one ``selected_kv_indices`` call: physical ids into
+``[N, Hkv, D]`` K/V with -1 / negative / ``>= N`` ids, duplicates and empty rows; the
+storage past row ``N`` and every unselected row hold NaN.
 
 Loaded by file path (the test suite uses ``--import-mode=importlib``).
 """
@@ -30,14 +36,18 @@ class Case:
     kwargs: dict[str, Any]
     out_base: torch.Tensor | None = None  # storage around a strided ``out`` view
     notes: dict[str, Any] = field(default_factory=dict)
+    bases: dict[str, torch.Tensor] = field(default_factory=dict)  # storage around strided input views
 
     def to(self, device: torch.device | str) -> Case:
+        """The same case on ``device``; strided views keep their strides and storage offsets."""
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.kwargs.items()}
-        base = None if self.out_base is None else self.out_base.to(device)
-        if base is not None:
-            moved["out"] = base.as_strided(self.kwargs["out"].shape, self.kwargs["out"].stride(),
-                                           self.kwargs["out"].storage_offset())  # fmt: skip
-        return Case(moved, base, dict(self.notes))
+        bases = {k: b.to(device) for k, b in self.bases.items()}
+        if self.out_base is not None:
+            bases["out"] = self.out_base.to(device)
+        for name, base in bases.items():
+            v = self.kwargs[name]
+            moved[name] = base.as_strided(v.shape, v.stride(), v.storage_offset())
+        return Case(moved, bases.pop("out", None), dict(self.notes), bases)
 
 
 def _pick(gen: torch.Generator, options: Any) -> Any:
@@ -113,6 +123,42 @@ def _poison_tail(key, value, table, seq_lens_k, page_size):
                 value[page, max(first, 0):] = float("nan")
 
 
+def _embed(gen: torch.Generator, t: torch.Tensor, lead: int, vector: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(view, base)``: ``t``'s values in a strided view at an odd storage offset of a poisoned buffer.
+
+    Axes from ``lead`` on get padded extents (so the axis before them gets a wider stride);
+    the ``lead`` batch axes stay collapsible into one row axis. ``vector`` keeps the K/V
+    rule (unit feature stride, offset and outer strides multiples of 8 elements); other
+    tensors may also get a feature stride of 2.
+    """
+    unit = 8 if vector else 1
+    stride = [0] * t.dim()
+    step = 1 if vector else int(_randint(gen, 1, 2))
+    for i in reversed(range(t.dim())):
+        stride[i] = step
+        pad = unit * int(_randint(gen, 0, 3)) if i >= lead else 0
+        step = step * t.shape[i] + pad
+    offset = unit * (2 * int(_randint(gen, 0, 3)) + 1)
+    span = offset + 1 + sum((n - 1) * st for n, st in zip(t.shape, stride)) + unit
+    fill = float("nan") if t.is_floating_point() else -(2**30)
+    base = torch.full((span,), fill, dtype=t.dtype)
+    view = base.as_strided(t.shape, stride, offset)
+    view.copy_(t)
+    return view, base
+
+
+def _embed_inputs(gen: torch.Generator, kwargs: dict[str, Any], lead: int) -> dict[str, torch.Tensor]:
+    """Replace every input tensor of ``kwargs`` by a strided view (see ``_embed``); returns the bases."""
+    row_tensors = ("query", "token_indices", "selected_kv_indices", "query_positions", "gate")
+    bases = {}
+    for name, t in list(kwargs.items()):
+        if not isinstance(t, torch.Tensor) or name in ("out", "lse"):
+            continue
+        kv = name in ("key", "value")
+        kwargs[name], bases[name] = _embed(gen, t, lead if name in row_tensors else 0, kv)
+    return bases
+
+
 def _out_view(gen, shape, dtype):
     """A strided, poisoned ``out`` view inside a larger buffer (or None for a fresh buffer)."""
     kind = _pick(gen, ["none", "pad", "transposed"])
@@ -141,9 +187,18 @@ def random_case(
     bad_pages: bool = True,
     canonical: bool | None = None,
     width: int | None = None,
+    kv: str = "paged",
+    views: bool = False,
 ) -> Case:
-    """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T."""
+    """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T.
+
+    ``kv="padded"`` gives padded ``[B, S, Hkv, D]`` K/V (with a padded query and
+    ``num_splits`` None or 1, the native combination); ``views`` embeds every input (``_embed``).
+    """
     page_size = _pick(gen, [16, 32, 64])
+    if kv == "padded":
+        query_kind = "padded"
+        num_splits = _pick(gen, [None, 1]) if num_splits == "random" else num_splits
     query_kind = query_kind or _pick(gen, ["cu", "t2r", "padded"])
     canonical = bool(_randint(gen, 0, 1)) if canonical is None else canonical
     decode = bool(_randint(gen, 0, 1))
@@ -168,14 +223,22 @@ def random_case(
     kv_lens = [max(k, q) for k, q in zip(kv_lens, q_lens)]
     kv_lens = [min(k, capacity) for k in kv_lens]
 
-    key, value, table, _ = _paged_cache(gen, n_req, max_pages, page_size, hkv, dtype, bad_pages)
+    if kv == "padded":  # one page of `capacity` slots per request, no block table
+        key = torch.randn(n_req, capacity, hkv, DIM, generator=gen).to(dtype)
+        value = torch.randn(n_req, capacity, hkv, DIM, generator=gen).to(dtype)
+        table, tail_page = torch.arange(n_req, dtype=torch.int32).view(n_req, 1), capacity
+    else:
+        key, value, table, _ = _paged_cache(gen, n_req, max_pages, page_size, hkv, dtype, bad_pages)
+        tail_page = page_size
     use_slk = bool(_randint(gen, 0, 1))
     seq_lens_k = torch.tensor(kv_lens, dtype=torch.int32)
     slk_eff = seq_lens_k if use_slk else torch.full((n_req,), capacity, dtype=torch.int32)
     if use_slk:
-        _poison_tail(key, value, table, seq_lens_k, page_size)
+        _poison_tail(key, value, table, seq_lens_k, tail_page)
 
-    kwargs: dict[str, Any] = {"key": key, "value": value, "block_table": table}
+    kwargs: dict[str, Any] = {"key": key, "value": value}
+    if kv == "paged":
+        kwargs["block_table"] = table
     if use_slk:
         kwargs["seq_lens_k"] = seq_lens_k
     use_qpos = bool(_randint(gen, 0, 3) == 0)
@@ -259,8 +322,66 @@ def random_case(
     if out is not None:
         kwargs["out"] = out
     notes = {"rows": rows, "width": width, "query_kind": query_kind, "page_size": page_size, "gate": gate_kind,
-             "lse": lse_kind, "num_splits": kwargs["num_splits"], "canonical": canonical}  # fmt: skip
-    return Case(kwargs, base, notes)
+             "lse": lse_kind, "num_splits": kwargs["num_splits"], "canonical": canonical, "kv": kv,
+             "views": views}  # fmt: skip
+    bases = _embed_inputs(gen, kwargs, 2 if query_kind == "padded" else 1) if views else {}
+    return Case(kwargs, base, notes, bases)
+
+
+def physical_case(
+    gen: torch.Generator,
+    *,
+    max_rows: int = 64,
+    max_width: int = 300,
+    hq: int = 24,
+    hkv: int = 2,
+    num_splits: Any = "random",
+    views: bool = False,
+    width: int | None = None,
+) -> Case:
+    """Draw one ``selected_kv_indices`` call (BF16; see module docstring)."""
+    rows = int(_randint(gen, 1, max_rows))
+    width = int(_randint(gen, 0, max_width)) if width is None else width
+    n_kv = int(_randint(gen, 1, 3 * width + 16))
+    spare = int(_randint(gen, 1, 64))  # storage past row N: NaN, never addressable
+    ids = _randint(gen, 0, n_kv - 1, rows, width)
+    bad = torch.rand(rows, width, generator=gen)
+    ids = torch.where(bad < 0.05, _randint(gen, n_kv, n_kv + 2 * spare, rows, width), ids)
+    ids = torch.where((bad >= 0.05) & (bad < 0.1), _randint(gen, -(2**31), -1, rows, width), ids)
+    ids[torch.rand(rows, generator=gen) < 0.1] = -1  # empty rows
+    dup = torch.rand(rows, width, generator=gen) < 0.1
+    if width > 1:
+        ids = torch.where(dup, ids.roll(1, dims=1), ids)
+    ids = ids.to(torch.int32)
+    kv = torch.randn(2, n_kv + spare, hkv, DIM, generator=gen).to(torch.bfloat16)
+    live = torch.zeros(n_kv + spare, dtype=torch.bool)
+    live[ids[(ids >= 0) & (ids < n_kv)].long()] = True
+    kv[:, ~live] = float("nan")
+    kwargs: dict[str, Any] = {
+        "query": torch.randn(rows, hq, DIM, generator=gen).to(torch.bfloat16),
+        "key": kv[0, :n_kv],
+        "value": kv[1, :n_kv],
+        "selected_kv_indices": ids,
+    }
+    lse_kind = _pick(gen, ["none", "return", "buffer", "buffer+return"])
+    if "return" in lse_kind:
+        kwargs["return_lse"] = True
+    lse_base = None
+    if "buffer" in lse_kind:  # written even without return_lse; maybe a strided view
+        lse_buf, lse_base = _out_view(gen, (rows, hq, 1), torch.float32)
+        kwargs["lse"] = torch.full((rows, hq), float("nan")) if lse_buf is None else lse_buf[..., 0]
+    kwargs["num_splits"] = _pick(gen, SPLITS) if num_splits == "random" else num_splits
+    scale = float(_pick(gen, [0.03, 0.1, DIM**-0.5]))
+    kwargs[_pick(gen, ["scale", "softmax_scale"])] = scale
+    out, base = _out_view(gen, (rows, hq, DIM), torch.bfloat16)
+    if out is not None:
+        kwargs["out"] = out
+    notes = {"rows": rows, "width": width, "n_kv": n_kv, "lse": lse_kind, "num_splits": kwargs["num_splits"],
+             "views": views}  # fmt: skip
+    bases = _embed_inputs(gen, kwargs, 1) if views else {}
+    if lse_base is not None:
+        bases["lse"] = lse_base
+    return Case(kwargs, base, notes, bases)
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:

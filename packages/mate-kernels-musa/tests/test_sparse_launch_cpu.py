@@ -47,8 +47,10 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
             if hi - lo > 1:
                 lo, hi = (mid, hi) if int(CU[mid]) <= r else (lo, mid)
         req, loc, cnt = lo, r - int(CU[lo]), int(CU[lo + 1]) - int(CU[lo])
-    else:
+    elif mode == row_mode.PER_ROW:
         req, loc, cnt = (int(x) for x in R3[:, r])
+    else:  # PHYSICAL: request 0, local index 0 of a 1-row request
+        req, loc, cnt = 0, 0, 1
     valid = 0 <= req < n_req and loc >= 0
     req = min(max(req, 0), n_req - 1)
     slq = int(SLQ[req]) if has_slq else cnt
@@ -134,10 +136,7 @@ def _run_both(case: cases.Case):
     return native, ref
 
 
-@pytest.mark.parametrize("index", range(40))
-def test_launcher_matches_reference(emulated, index: int, gen: torch.Generator) -> None:
-    case = cases.random_case(gen, max_rows=12, max_width=70, hq=int([24, 8, 3][index % 3]),
-                             hkv=int([2, 2, 1][index % 3]))  # fmt: skip
+def _check_case(case: cases.Case) -> None:
     native, ref = _run_both(case)
     out = native.out_result
     assert not torch.isnan(out).any(), case.notes
@@ -150,6 +149,65 @@ def test_launcher_matches_reference(emulated, index: int, gen: torch.Generator) 
         outside = torch.ones_like(case.out_base, dtype=torch.bool)
         outside.as_strided(out.shape, out.stride(), out.storage_offset()).fill_(False)
         assert torch.isnan(case.out_base[outside].float()).all()
+
+
+def _geometry(index: int) -> dict[str, int]:
+    hq, hkv = [(24, 2), (8, 2), (3, 1), (5, 5), (14, 2)][index % 5]
+    return {"hq": hq, "hkv": hkv}
+
+
+@pytest.mark.parametrize("index", range(40))
+def test_launcher_matches_reference(emulated, index: int, gen: torch.Generator) -> None:
+    case = cases.random_case(gen, max_rows=12, max_width=70, hq=int([24, 8, 3][index % 3]),
+                             hkv=int([2, 2, 1][index % 3]))  # fmt: skip
+    _check_case(case)
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_launcher_physical(emulated, index: int, gen: torch.Generator) -> None:
+    """selected_kv_indices: one page of N rows in the PHYSICAL row mode; strided views every other case."""
+    _check_case(cases.physical_case(gen, max_rows=10, max_width=60, views=index % 2 == 1, **_geometry(index)))
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_launcher_padded_kv(emulated, index: int, gen: torch.Generator) -> None:
+    """Padded [B, S, Hkv, D] K/V (padded query, num_splits None/1) as one page per request."""
+    _check_case(cases.random_case(gen, max_rows=12, max_width=70, kv="padded", views=index % 2 == 1,
+                                  **_geometry(index)))  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_launcher_strided_views(emulated, index: int, gen: torch.Generator) -> None:
+    """Every input a strided view at an odd storage offset: strides reach the kernels as arguments."""
+    _check_case(cases.random_case(gen, max_rows=12, max_width=70, views=True, **_geometry(index)))
+
+
+@pytest.mark.parametrize("kind", ["paged", "padded", "physical", "views"])
+def test_cases_pass_native_rules(kind: str, gen: torch.Generator) -> None:
+    """The generated calls satisfy every backend='tilelang' rule: on the CPU only the arch gate (last) fails."""
+    from mate_core.errors import UnsupportedTargetError
+
+    for index in range(4):
+        if kind == "physical":
+            case = cases.physical_case(gen, max_rows=6, max_width=20, views=index % 2 == 1)
+        else:
+            case = cases.random_case(gen, max_rows=6, max_width=20, kv="padded" if kind == "padded" else "paged",
+                                     views=kind == "views", **_geometry(index))  # fmt: skip
+        with pytest.raises(UnsupportedTargetError):
+            plan_sparse_attention(**case.kwargs, backend="tilelang")
+
+
+def test_case_views_at_odd_offsets(gen: torch.Generator) -> None:
+    """Every embedded input sits at an odd storage offset (in 16-byte units for K/V); ``to`` keeps the views."""
+    case = cases.random_case(gen, max_rows=6, max_width=20, views=True)
+    moved = case.to("cpu")
+    assert {"query", "key", "value", "token_indices", "block_table"} <= set(case.bases)
+    for name in case.bases:
+        a, b = case.kwargs[name], moved.kwargs[name]
+        unit = 8 if name in ("key", "value") else 1
+        assert a.storage_offset() % unit == 0 and (a.storage_offset() // unit) % 2 == 1, name
+        assert (a.stride(), a.storage_offset()) == (b.stride(), b.storage_offset()), name
+        assert torch.equal(a.nan_to_num(), b.nan_to_num()), name
 
 
 def test_flat16_addresses_every_row() -> None:

@@ -14,6 +14,9 @@ class row_mode:
     PADDED = 0  # row r is request r // q_len at local index r % q_len
     CU_SEQLENS = 1  # binary search of cu_seqlens_q
     PER_ROW = 2  # a [3, rows] table (request, local index, row count) from the launcher
+    # selected_kv_indices: every row is request 0 at local index 0 with one row and no
+    # length metadata, so ``lim = cap - 1``: ids in [0, cap) are used, no causal filter.
+    PHYSICAL = 3
 
 
 def resolve_row_limit() -> Any:
@@ -24,7 +27,8 @@ def resolve_row_limit() -> Any:
     ``0 <= t <= lim`` (and its page is valid). ``lim`` folds in the causal position
     (``query_positions`` or ``seq_len_k - seq_len_q + local``), ``seq_len_k`` and the KV
     capacity; padded rows (local index outside ``[0, seq_len_q)`` or request id out of
-    range) get ``lim = -1``. All loads are scalar and uniform across the CTA.
+    range) get ``lim = -1``. In ``PHYSICAL`` mode ``lim = cap - 1`` (the launcher passes
+    no length or position metadata there). All loads are scalar and uniform across the CTA.
     """
     import tilelang.language as T
 
@@ -52,10 +56,12 @@ def resolve_row_limit() -> Any:
             req = lo
             loc = r - CU[lo]
             cnt = CU[lo + 1] - CU[lo]
-        else:
+        elif mode == row_mode.PER_ROW:
             req = R3[0, r]
             loc = R3[1, r]
             cnt = R3[2, r]
+        else:
+            cnt = 1
         valid = T.alloc_var("int32", init=0)
         if req >= 0 and req < n_req and loc >= 0:
             valid = 1

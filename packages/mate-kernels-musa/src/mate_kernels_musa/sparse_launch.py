@@ -1,4 +1,4 @@
-"""Launcher of native sparse attention (``qsa_sparse_attention``, paged logical path).
+"""Launcher of native sparse attention (``qsa_sparse_attention``: paged, padded and physical K/V).
 
 ``sparse_attention(plan)`` takes a plan validated by ``mate_core.plan_sparse_attention``
 (no validation here), picks the schedule (:mod:`.sparse_schedule`), binds the plan's
@@ -16,12 +16,20 @@ that prelude) from the caching allocator, so warmed-up calls can be captured in 
 CUDA graph and replayed with new metadata values.
 
 Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
-cache with one page of ``S`` slots per request.
+cache with one page of ``S`` slots per request. Physical K/V ``[N, Hkv, D]``
+(``selected_kv_indices``) runs through it too, as one request owning one page of ``N``
+slots in the ``PHYSICAL`` row mode (ids in ``[0, N)`` used, no causal or length filter):
+no extra kernel specialization.
+
+A call with nothing to read (selection width 0, or empty K/V, block table or request
+set) writes zeros and LSE -inf with two capturable fills: TileLang rejects the null
+data pointers of zero-element tensors.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
@@ -60,6 +68,7 @@ def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
     return {
         "int": torch.zeros(1, dtype=torch.int32, device=device),
         "r3": torch.zeros(3, 1, dtype=torch.int32, device=device),
+        "table": torch.zeros(1, 1, dtype=torch.int32, device=device),  # physical: page 0 of request 0
         "float32": torch.zeros(1, dtype=torch.float32, device=device),
     }
 
@@ -82,10 +91,15 @@ def _flat16(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
     return flat, [t.stride(a) // VEC if t.shape[a] > 1 else 0 for a in range(t.dim() - 1)]
 
 
+def _ids(plan: SparseAttentionPlan) -> torch.Tensor:
+    """The row selection ``[rows, T]`` int32: physical row ids or request-local token ids."""
+    return plan.selected_kv_indices if plan.kv_layout == "physical" else plan.token_indices
+
+
 def schedule_for(plan: SparseAttentionPlan) -> Schedule:
     """The schedule ``sparse_attention`` uses for ``plan`` (exposed for tests and benchmarks)."""
     hkv = plan.key.shape[-2]
-    return choose_schedule(plan.rows, hkv, plan.token_indices.shape[1], plan.num_splits, _sm_count(_dev(plan.query)))
+    return choose_schedule(plan.rows, hkv, _ids(plan).shape[1], plan.num_splits, _sm_count(_dev(plan.query)))
 
 
 def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False) -> tuple[Any, ...]:
@@ -116,13 +130,17 @@ def specializations(
 
 
 def _paged_kv(plan: SparseAttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """``(key, value, block_table, page_size)`` in paged form."""
+    """``(key, value, block_table, page_size)`` in paged form ``[pages, page_size, Hkv, D]``."""
     if plan.kv_layout == "paged":
         return plan.key, plan.value, plan.block_table, plan.page_size
     if plan.kv_layout == "padded":
         nreq = plan.key.shape[0]
         table = torch.arange(nreq, dtype=torch.int32, device=plan.key.device).view(nreq, 1)
         return plan.key, plan.value, table, plan.key.shape[1]
+    if plan.kv_layout == "physical":
+        # One page of N slots; max(N, 1) keeps the kernel's slot modulo defined (N == 0 never launches).
+        table = _dummies(_dev(plan.query))["table"]
+        return plan.key.unsqueeze(0), plan.value.unsqueeze(0), table, max(plan.key.shape[0], 1)
     raise BackendUnavailableError(
         f"backend='tilelang' has no native kernel for {plan.kv_layout!r} K/V in sparse attention yet; "
         "pass backend='reference'"
@@ -150,13 +168,15 @@ def _row_args(plan: SparseAttentionPlan, capacity: int) -> list[Any]:
     """Row-metadata kernel arguments: CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_*."""
     dummy = _dummies(_dev(plan.query))
     cu, r3 = dummy["int"], dummy["r3"]
-    if plan.padded:
+    if plan.kv_layout == "physical":
+        mode = row_mode.PHYSICAL
+    elif plan.padded:
         mode = row_mode.PADDED
     elif plan.cu_seqlens_q is not None:
         mode, cu = row_mode.CU_SEQLENS, plan.cu_seqlens_q
     else:
         mode, r3 = row_mode.PER_ROW, _per_row_table(plan)
-    opt = [plan.seq_lens_q, plan.seq_lens_k, plan.query_positions]
+    opt = [plan.seq_lens_q, plan.seq_lens_k, plan.query_positions]  # all None on the physical path
     tensors = [t.reshape(-1) if t is not None else dummy["int"] for t in opt]
     flags = [int(t is not None) for t in opt]
     n_iter = max(1, plan.num_requests.bit_length())
@@ -176,15 +196,23 @@ def _gate_view(plan: SparseAttentionPlan) -> tuple[torch.Tensor, int, str]:
     return gate, 1, _DTYPES[gate.dtype]
 
 
+def _write_empty(plan: SparseAttentionPlan) -> None:
+    """Every row has no usable token: zeros (whatever the gate) and LSE -inf."""
+    plan.out.zero_()
+    if plan.lse is not None:
+        plan.lse.fill_(-math.inf)
+
+
 def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None) -> None:
-    """Native paged sparse attention; writes ``plan.out`` and ``plan.lse`` (when not None).
+    """Native sparse attention; writes ``plan.out`` and ``plan.lse`` (when not None).
 
     Parameters
     ----------
     plan : SparseAttentionPlan
         From ``mate_core.plan_sparse_attention`` with ``backend="tilelang"``: query
-        ``[rows, Hq, 256]`` BF16/FP16, paged (or padded) K/V, int32 ``token_indices``
-        ``[rows, T]`` and int32 metadata.
+        ``[rows, Hq, 256]`` BF16/FP16 with paged or padded K/V, int32 ``token_indices``
+        ``[rows, T]`` and int32 metadata; or BF16 physical K/V ``[N, Hkv, 256]`` with int32
+        ``selected_kv_indices`` ``[rows, T]``.
     schedule : Schedule, optional
         Overrides :func:`schedule_for` (benchmark sweeps); the backend API passes only ``plan``.
     """
@@ -192,6 +220,9 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     q = plan.query
     rows, hq, dim = q.shape
     if rows == 0:
+        return
+    if _ids(plan).shape[1] == 0 or key.numel() == 0 or table.numel() == 0:
+        _write_empty(plan)
         return
     device = _dev(q)
     profile = _profile(device)  # the arch gate, before any device-property query or compile
@@ -208,7 +239,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
 
     part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
     part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, plan.token_indices, table, part_o, part_l, *_row_args(plan, table.shape[1] * page_size),
+    main(q, kf, vf, _ids(plan), table, part_o, part_l, *_row_args(plan, table.shape[1] * page_size),
          pages, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale))  # fmt: skip
     lse = plan.lse
     has_lse = int(lse is not None)

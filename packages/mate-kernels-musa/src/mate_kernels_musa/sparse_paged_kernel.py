@@ -11,7 +11,9 @@ schedule), applies the sigmoid gate and writes ``out``/``lse``.
 Masking follows ``semantics.md``. The row's request and last usable token id
 ``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
 iff ``0 <= t <= lim`` and its page ``block_table[req, t // page_size]`` is in
-``[0, pages)``. The CTA resolves ``CH`` slots at a time into K/V row offsets in
+``[0, pages)``. The physical path (``selected_kv_indices``) is the ``PHYSICAL`` row
+mode over one page of ``N`` slots: ``lim = N - 1``, page 0 of a 1 x 1 zero table, so
+ids in ``[0, N)`` are used as K/V rows with no causal or length filter. The CTA resolves ``CH`` slots at a time into K/V row offsets in
 shared memory; a masked slot gets the offset one past the end of K/V, so the
 compiler's bounds predicate turns its 16-byte ``cp.async`` into a zero fill (no
 read, and no ``0 * NaN`` from an unused cache row) and its score is set to -inf.
