@@ -6,15 +6,16 @@ computed on the device by the launcher). Key ``j`` of row ``r`` is visible iff
 ``starts[b, r] <= j < ends[b, r]``; every other element gets ``-inf`` from this same kernel.
 
 Schedule: a CTA keeps ``BN`` query rows x 4 heads resident in shared memory and walks a
-contiguous range of ``TPC`` ``BM``-key tiles, double-buffered with cp.async. Per tile, four ``BN x BM x 128`` GEMMs (one per
-head, query rows on the MMA's M side, keys on N) accumulate ``relu`` into one FP32
-register tile, which is masked, scaled and staged through (XOR-swizzled) shared memory so
-the global store is row-contiguous (coalesced along keys). Tiles that no row of the CTA can
-see skip the GEMMs and only store ``-inf``. Two CTAs fit per SM (shared memory and
-registers are both sized for exactly two), so one CTA's MMAs overlap the other's stores. Rows on the M side rather than keys
-(QSA-DESIGN.md §4 suggests keys on M) because prefill always has many rows and the output
-is key-contiguous: this orientation gives coalesced stores, and the decode kernel, which has
-a single row, swaps.
+fixed run of ``TPC`` ``BM``-key tiles, double-buffered with cp.async (``T.Pipelined``). Per
+tile, four ``BN x BM x 128`` wgmma GEMMs (one per head; query rows on the MMA's M side, keys
+on N) accumulate ``relu`` into one FP32 register tile, which is masked and scaled in
+registers and staged through shared memory: with ``tma_out`` (keys % 4 == 0) one bulk
+tensor (TMA) store per tile, otherwise coalesced row-contiguous stores from an XOR-swizzled
+tile. Tiles that no row of the CTA can see skip the GEMMs and only store ``-inf``. Two CTAs
+fit per SM (shared memory is sized for exactly two), so one CTA's MMAs overlap the other's
+epilogue. Rows sit on the M side, not keys as QSA-DESIGN.md §4 suggests, because prefill
+always has many rows and the output is key-contiguous, so the accumulator maps straight onto
+output rows; the decode kernel, which has a single row, puts keys on M.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
