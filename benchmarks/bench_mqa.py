@@ -121,26 +121,13 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
                 "TFLOPs_visible": 2 * visible * H * D / native["median_us"] / 1e6})  # fmt: skip
 
 
-def _kernel_copy_tbps() -> float:
-    """Device copy bandwidth through an SM kernel (bytes read + written per second)."""
-    src = torch.randn(1 << 28, device="cuda")  # 1 GiB
-    dst = torch.empty_like(src)
-    t = time_cuda_graph(lambda: torch.neg(src, out=dst), reps=20, flush_l2=False)
-    return 2 * src.numel() * 4 / (t["median_us"] * 1e-6) / 1e12
+def run(quick: bool = False, variants: bool = False, ceil: dict | None = None) -> list[dict]:
+    """Run every shape; returns one dict per measurement (the first holds the ceilings).
 
-
-def run(quick: bool = False, variants: bool = False) -> list[dict]:
-    """Run every shape; returns one dict per measurement (the first holds the ceilings)."""
-    # Twice, keeping the best: the first pass can run before the clocks have ramped up
-    # (a first try here read 2.76 TB/s copy against the 4.3 TB/s this GPU sustains).
-    first, second = measure_ceilings(), measure_ceilings()
-    ceil = {key: max(first[key], second[key]) for key in first}
-    # The copy above is a graph-captured memcpy node (copy engine: 2.7 TB/s here); an SM
-    # copy kernel moves ~4.3 TB/s. Floors use the faster, so ratios are not flattered.
-    ceil["kernel_copy_TBps"] = _kernel_copy_tbps()
-    ceil["memcpy_TBps"] = ceil["copy_TBps"]
-    ceil["copy_TBps"] = max(ceil["copy_TBps"], ceil["kernel_copy_TBps"])
-    results: list[dict] = [{"name": "ceilings", **ceil, "first_pass": first, **env_info()}]
+    ``ceil`` is the output of ``measure_ceilings()`` (measured here when not given).
+    """
+    ceil = ceil or measure_ceilings()
+    results: list[dict] = [{"name": "ceilings", **ceil, **env_info()}]
     for ps in (64, 16):
         results.append(bench_decode(ps, ceil, quick))
     results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick))

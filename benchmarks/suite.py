@@ -59,7 +59,7 @@ def run(quick: bool, flex: bool, do_sweep: bool, progress: Any = None) -> dict[s
         if progress:
             progress.update(task, advance=1, description=label)
 
-    for row in bench_mqa.run(quick=quick)[1:]:
+    for row in bench_mqa.run(quick=quick, ceil=ceilings)[1:]:
         results.append(_annotate_mqa(row, ceilings["copy_TBps"]))
     step("MQA indexer cases")
     for row in bench_sparse.run(quick=quick, flex=flex, sweep=False)[1:]:
