@@ -14,7 +14,6 @@ K/V, CUDA-graph replay with new metadata, bitwise determinism.
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 from pathlib import Path
 
@@ -23,69 +22,20 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-REL_L2 = 1e-2
-LSE_TOL = 1e-2
 
-
-def _load_cases():
-    name = "mate_kernels_musa_tests_sparse_cases"
+def _load_checks():
+    name = "mate_kernels_musa_tests_sparse_checks"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_cases.py"))
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_checks.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
 
 
-cases = _load_cases()
-
-
-def _reference(case):
-    """The reference plan of ``case`` (own buffers, LSE always on), already run."""
-    from mate_core import plan_sparse_attention
-    from mate_reference import sparse_attention as reference
-
-    ref_kwargs = {k: v for k, v in case.kwargs.items() if k not in ("out", "lse", "return_lse")}
-    ref = plan_sparse_attention(**ref_kwargs, return_lse=True, backend="reference")
-    reference(ref)
-    return ref
-
-
-def _plans(case):
-    """(native plan with NaN-poisoned outputs, reference plan already run)."""
-    from mate_core import plan_sparse_attention
-
-    native = plan_sparse_attention(**case.kwargs, backend="tilelang")
-    native.out.fill_(float("nan"))
-    if native.lse is not None:
-        native.lse.fill_(float("nan"))
-    return native, _reference(case)
-
-
-def _check(native, ref, case) -> None:
-    torch.cuda.synchronize()
-    out = native.out_result
-    assert not torch.isnan(out).any(), f"NaN left in out: {case.notes}"
-    err = cases.rel_l2(out.float(), ref.out_result.float())
-    assert err < REL_L2, f"rel L2 {err:.3e}: {case.notes}"
-    empty = ref.lse_result == -math.inf
-    assert torch.equal(out[empty], torch.zeros_like(out[empty])), f"empty rows not zero: {case.notes}"
-    if native.lse is not None:
-        lerr = cases.lse_error(native.lse, ref.lse)
-        assert lerr < LSE_TOL, f"LSE error {lerr}: {case.notes}"
-    if case.out_base is not None:
-        outside = torch.ones_like(case.out_base, dtype=torch.bool)
-        outside.as_strided(out.shape, out.stride(), out.storage_offset()).fill_(False)
-        assert torch.isnan(case.out_base[outside].float()).all(), f"storage around out was written: {case.notes}"
-
-
-def _run_case(case) -> None:
-    from mate_kernels_musa import sparse_attention
-
-    case = case.to("cuda")
-    native, ref = _plans(case)
-    sparse_attention(native)
-    _check(native, ref, case)
+checks = _load_checks()
+cases = checks.cases
+_reference, _plans, _check, _run_case = checks.reference, checks.plans, checks.check, checks.run_case
 
 
 @pytest.mark.parametrize("index", range(32))

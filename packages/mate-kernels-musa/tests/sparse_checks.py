@@ -1,0 +1,82 @@
+"""Checks shared by the native sparse-attention GPU tests: native plan vs the FP32 reference.
+
+Loaded by file path, like ``sparse_cases.py`` (the suite uses ``--import-mode=importlib``);
+``load(name)`` loads either helper module once per process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+REL_L2 = 1e-2
+LSE_TOL = 1e-2
+
+
+def load(stem: str):
+    """The test helper module ``<stem>.py`` next to this file (loaded once)."""
+    name = f"mate_kernels_musa_tests_{stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{stem}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+cases = load("sparse_cases")
+
+
+def reference(case):
+    """The reference plan of ``case`` (own buffers, LSE always on), already run."""
+    from mate_core import plan_sparse_attention
+    from mate_reference import sparse_attention as run_reference
+
+    ref_kwargs = {k: v for k, v in case.kwargs.items() if k not in ("out", "lse", "return_lse")}
+    ref = plan_sparse_attention(**ref_kwargs, return_lse=True, backend="reference")
+    run_reference(ref)
+    return ref
+
+
+def plans(case):
+    """(native plan with NaN-poisoned outputs, reference plan already run)."""
+    from mate_core import plan_sparse_attention
+
+    native = plan_sparse_attention(**case.kwargs, backend="tilelang")
+    native.out.fill_(float("nan"))
+    if native.lse is not None:
+        native.lse.fill_(float("nan"))
+    return native, reference(case)
+
+
+def check(native, ref, case) -> None:
+    """Output fully written and within ``REL_L2``; empty rows zero; LSE within ``LSE_TOL``; no write outside ``out``."""
+    torch.cuda.synchronize()
+    out = native.out_result
+    assert not torch.isnan(out).any(), f"NaN left in out: {case.notes}"
+    err = cases.rel_l2(out.float(), ref.out_result.float())
+    assert err < REL_L2, f"rel L2 {err:.3e}: {case.notes}"
+    empty = ref.lse_result == -math.inf
+    assert torch.equal(out[empty], torch.zeros_like(out[empty])), f"empty rows not zero: {case.notes}"
+    if native.lse is not None:
+        lerr = cases.lse_error(native.lse, ref.lse)
+        assert lerr < LSE_TOL, f"LSE error {lerr}: {case.notes}"
+    if case.out_base is not None:
+        outside = torch.ones_like(case.out_base, dtype=torch.bool)
+        outside.as_strided(out.shape, out.stride(), out.storage_offset()).fill_(False)
+        assert torch.isnan(case.out_base[outside].float()).all(), f"storage around out was written: {case.notes}"
+
+
+def run_case(case):
+    """Move ``case`` to the GPU, run the native backend and ``check`` it; returns the native plan."""
+    from mate_kernels_musa import sparse_attention
+
+    case = case.to("cuda")
+    native, ref = plans(case)
+    sparse_attention(native)
+    check(native, ref, case)
+    return native
