@@ -12,6 +12,13 @@ gate [rows, Hq] and LSE on, flattened queries with ``cu_seqlens_q`` + ``seq_lens
   overlap);
 * ``prefill_uniform``: the same with independent uniform random blocks per row.
 
+With ``physical`` (default on), each case also runs the ``selected_kv_indices`` path on
+the same selections translated to physical rows of the flattened cache ``[pages * 64,
+Hkv, D]`` (what an engine that does its own page translation passes; no gate on that
+path, so its output times ``sigmoid(gate)`` is checked against the gated PyTorch path):
+row ``<case>_physical``, same floor (minus the gate bytes) and target, with its time
+relative to the paged row.
+
 Measured in one process: the native kernel (CUDA-graph replay of the backend call, L2
 flushed before each replay), the plain-PyTorch path (page translation + gather + bf16
 matmuls + FP32 softmax, the same semantics), FlexAttention (``flex_attention`` compiled,
@@ -22,7 +29,7 @@ reuse between rows. Each case checks the native output against the PyTorch path 
 before timing. A sweep over (tile, num_splits) backs the ``num_splits=None`` heuristic
 in ``mate_kernels_musa.sparse_schedule``.
 
-``python -m benchmarks.bench_sparse [--quick] [--no-flex] [--no-sweep] [--json PATH]``
+``python -m benchmarks.bench_sparse [--quick] [--no-flex] [--no-sweep] [--no-physical] [--cases ...] [--json PATH]``
 prints a table and writes JSON.
 """
 
@@ -112,19 +119,38 @@ def _positions(kw: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     return req, pos
 
 
-def torch_path(kw: dict[str, Any], meta: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Plain PyTorch: page translation, gather, bf16 matmuls, FP32 softmax, gate. (out, lse).
-
-    ``meta`` = ``_positions(kw)``, precomputed (repeat_interleave syncs, so it cannot be captured).
-    """
-    q, key, value, ids = kw["query"], kw["key"], kw["value"], kw["token_indices"].long()
+def _physical_rows(kw: dict[str, Any], meta: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row of ``key.view(-1, Hkv, D)`` of each slot, 0 where unused; used mask), ``[rows, T]``."""
+    key, ids = kw["key"], kw["token_indices"].long()
     req, pos = meta
     table = kw["block_table"].long()
     used = (ids >= 0) & (ids <= pos[:, None]) & (ids < kw["seq_lens_k"].long()[req][:, None])
     t = ids.clamp(min=0)
     page = table[req[:, None], (t // PAGE).clamp(max=table.shape[1] - 1)]
     used &= (page >= 0) & (page < key.shape[0])
-    phys = torch.where(used, page.clamp(0, key.shape[0] - 1) * PAGE + t % PAGE, torch.zeros_like(t))
+    return torch.where(used, page.clamp(0, key.shape[0] - 1) * PAGE + t % PAGE, torch.zeros_like(t)), used
+
+
+def physical_inputs(kw: dict[str, Any], meta: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+    """The same call on the physical path: translated ids (-1 where unused), flattened K/V, no gate."""
+    phys, used = _physical_rows(kw, meta)
+    return {
+        "query": kw["query"],
+        "key": kw["key"].view(-1, HKV, D),
+        "value": kw["value"].view(-1, HKV, D),
+        "selected_kv_indices": torch.where(used, phys, torch.full_like(phys, -1)).to(torch.int32),
+        "return_lse": True,
+        "scale": kw["scale"],
+    }
+
+
+def torch_path(kw: dict[str, Any], meta: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain PyTorch: page translation, gather, bf16 matmuls, FP32 softmax, gate. (out, lse).
+
+    ``meta`` = ``_positions(kw)``, precomputed (repeat_interleave syncs, so it cannot be captured).
+    """
+    q, key, value = kw["query"], kw["key"], kw["value"]
+    phys, used = _physical_rows(kw, meta)
     k = key.view(-1, HKV, D)[phys]  # [rows, T, Hkv, D]
     v = value.view(-1, HKV, D)[phys]
     rows = q.shape[0]
@@ -171,10 +197,11 @@ def _flex_setup(kw: dict[str, Any]):
 
 
 def _floor_us(kw: dict[str, Any], copy_tbps: float) -> float:
-    ids = kw["token_indices"]
+    ids = kw["token_indices"] if "token_indices" in kw else kw["selected_kv_indices"]
     tokens = int((ids >= 0).sum())
     kv_bytes = 2 * tokens * HKV * D * 2
-    io_bytes = 2 * kw["query"].numel() * 2 + kw["gate"].numel() * 2 + kw["query"].shape[0] * HQ * 4
+    gate = kw.get("gate")
+    io_bytes = 2 * kw["query"].numel() * 2 + (0 if gate is None else gate.numel() * 2) + kw["query"].shape[0] * HQ * 4
     return (kv_bytes + io_bytes) / (copy_tbps * 1e12) * 1e6
 
 
@@ -201,7 +228,44 @@ def _sweep(plan, ref_out: torch.Tensor, reps: int, splits_list: tuple[int, ...])
     return out
 
 
-def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep: bool) -> dict[str, Any]:
+def bench_physical(name: str, kw: dict[str, Any], meta, ref: tuple[torch.Tensor, torch.Tensor],
+                   paged_us: float, ceil: dict[str, float], reps: int) -> dict[str, Any]:  # fmt: skip
+    """The ``selected_kv_indices`` row of case ``name`` (same selections as the paged row)."""
+    from mate_kernels_musa.sparse_launch import schedule_for, sparse_attention
+
+    pkw = physical_inputs(kw, meta)
+    plan = _native_plan(pkw)
+    plan.out.fill_(float("nan"))
+    sparse_attention(plan)
+    ref_out, ref_lse = ref
+    gated = plan.out.float() * torch.sigmoid(kw["gate"].float())[..., None]
+    native = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
+    sched = schedule_for(plan)
+    floor = _floor_us(pkw, ceil["copy_TBps"])
+    floor_design = _floor_us(pkw, DESIGN_COPY_TBPS)
+    return {
+        "name": f"{name}_physical",
+        "rows": pkw["query"].shape[0],
+        "width": pkw["selected_kv_indices"].shape[1],
+        "schedule": f"{sched.tile.name}/splits={sched.splits}",
+        "native_us": native["median_us"],
+        "native_p10_us": native["p10_us"],
+        "native_p90_us": native["p90_us"],
+        "floor_us": floor,
+        "ratio_to_floor": native["median_us"] / floor,
+        "floor_us_at_4.27TBps": floor_design,
+        "ratio_to_floor_at_4.27TBps": native["median_us"] / floor_design,
+        "target_ratio": TARGETS[name],
+        "paged_us": paged_us,
+        "vs_paged": native["median_us"] / paged_us,
+        "rel_l2_vs_torch": float((gated.double() - ref_out.double()).norm() / ref_out.double().norm()),
+        "lse_err_vs_torch": float((plan.lse - ref_lse).abs().max()),
+    }
+
+
+def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep: bool,
+               physical: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One case's paged row; with ``physical`` its ``bench_physical`` row rides along under ``"physical_row"``."""
     from mate_kernels_musa.sparse_launch import schedule_for, sparse_attention
 
     kw = make_inputs(name)
@@ -251,15 +315,24 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
     if sweep:
         splits_list = (1, 2, 3, 4, 6, 8) if name.startswith("decode") else (1, 2)
         row["sweep"] = _sweep(plan, ref_out, max(10, reps // 4), splits_list)
+    if physical:
+        row["physical_row"] = bench_physical(name, kw, meta, (ref_out, ref_lse), row["native_us"], ceil, reps)
     return row
 
 
-def run(quick: bool = False, flex: bool = True, sweep: bool = True, names: list[str] | None = None) -> list[dict]:
-    """Run every case (``names`` to pick some); returns one dict per case plus a ceilings row."""
+def run(quick: bool = False, flex: bool = True, sweep: bool = True, names: list[str] | None = None,
+        physical: bool = True) -> list[dict]:  # fmt: skip
+    """Run every case (``names`` to pick some); returns one dict per case plus a ceilings row.
+
+    With ``physical``, each case's row is followed by its ``<case>_physical`` row.
+    """
     ceil = measure_ceilings()
     results: list[dict[str, Any]] = [{"name": "ceilings", **ceil, "env": env_info()}]
     for name in names or list(TARGETS):
-        results.append(bench_case(name, ceil, quick, flex, sweep))
+        row = bench_case(name, ceil, quick, flex, sweep, physical)
+        results.append(row)
+        if "physical_row" in row:
+            results.append(row.pop("physical_row"))
         torch.cuda.empty_cache()  # each case's cache (up to 17 GB) is freed before the next
     return results
 
@@ -267,7 +340,7 @@ def run(quick: bool = False, flex: bool = True, sweep: bool = True, names: list[
 def format_table(results: list[dict]) -> str:
     cols = ["name", "schedule", "native_us", "floor_us", "ratio_to_floor", "ratio_to_floor_at_4.27TBps", "target_ratio",
             "torch_us",
-            "speedup_vs_torch", "flex_us", "speedup_vs_flex", "rel_l2_vs_torch"]  # fmt: skip
+            "speedup_vs_torch", "flex_us", "speedup_vs_flex", "vs_paged", "rel_l2_vs_torch"]  # fmt: skip
     lines = [" | ".join(cols)]
     for r in results:
         if r["name"] == "ceilings":
@@ -292,10 +365,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-flex", action="store_true")
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--no-physical", action="store_true", help="skip the selected_kv_indices rows")
     parser.add_argument("--cases", nargs="*", default=None)
     parser.add_argument("--json", default="bench_sparse.json")
     args = parser.parse_args(argv)
-    results = run(quick=args.quick, flex=not args.no_flex, sweep=not args.no_sweep, names=args.cases)
+    results = run(quick=args.quick, flex=not args.no_flex, sweep=not args.no_sweep, names=args.cases,
+                  physical=not args.no_physical)  # fmt: skip
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     print(format_table(results))
