@@ -26,7 +26,7 @@ PACKAGES = {
 }
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["core", "reference", "kernels", "qsa", "lint", "versions"]
+nox.options.sessions = ["core", "reference", "kernels", "qsa", "benchmarks", "lint", "versions"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -89,6 +89,14 @@ def kernels(session: nox.Session) -> None:
 def qsa(session: nox.Session) -> None:
     """mate-qsa: the facade, custom ops, torch.compile, CLI (CPU)."""
     _test(session, "mate-qsa")
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """The benchmark suite's CPU-checkable parts: report rendering, plots, README section, sweep grid."""
+    session.install(TORCH)
+    session.install(*TEST_DEPS, "matplotlib>=3.7", "rich>=13")
+    session.run("pytest", "benchmarks/tests", *session.posargs)
 
 
 @nox.session
