@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.checks import check_agreement
 from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
 
 H, D = 4, 128
@@ -43,6 +44,14 @@ def _torch_prefill(q: torch.Tensor, k: torch.Tensor, starts: torch.Tensor, ends:
     j = torch.arange(k.shape[0], device=k.device)
     visible = (j[None, :] >= starts[:, None]) & (j[None, :] < ends[:, None])
     return logits.float().relu_().sum(1).mul_(SCALE).masked_fill_(~visible, float("-inf"))
+
+
+def _decode_torch(q: torch.Tensor, k_cache: torch.Tensor, table: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """Plain PyTorch paged decode: page gather, then ``_torch_scores``."""
+    batch, keys = table.shape[0], table.shape[1] * k_cache.shape[1]
+    kk = k_cache[table.long()].view(batch, keys, D)
+    visible = torch.arange(keys, device=q.device)[None, :] < lens[:, None]
+    return _torch_scores(q.view(batch, H, D), kk, visible)
 
 
 def _row(name: str, shape: str, native: dict, torch_t: dict | None, floor_us: float, extra: dict) -> dict[str, Any]:
@@ -75,19 +84,20 @@ def bench_decode(page_size: int, ceil: dict, quick: bool, block_keys: int | None
     q = torch.randn(batch, 1, H, D, device="cuda", generator=gen, dtype=torch.bfloat16)
     plan = plan_mqa_decode(q, k_cache, table, lens, max_len, scale=SCALE)
     kw = {} if block_keys is None else {"block_keys": block_keys}
+    plan.out.fill_(float("nan"))
+    mqa_launch.mqa_decode(plan, **kw)
+    err = check_agreement(f"mqa decode ps {page_size}", plan.out, _decode_torch(q, k_cache, table, lens))
     native = time_cuda_graph(lambda: mqa_launch.mqa_decode(plan, **kw), reps=30 if quick else 100)
 
     def torch_path():
-        kk = k_cache[table.long()].view(batch, keys, D)
-        visible = torch.arange(keys, device="cuda")[None, :] < lens[:, None]
-        return _torch_scores(q.view(batch, H, D), kk, visible)
+        return _decode_torch(q, k_cache, table, lens)
 
     torch_t = None if block_keys is not None else time_cuda_graph(torch_path, reps=10 if quick else 30)
     nbytes = batch * keys * D * 2 + batch * max_len * 4
     floor_us = nbytes / (ceil["copy_TBps"] * 1e12) * 1e6
     name = f"decode_ps{page_size}" + ("" if block_keys is None else f"_bk{block_keys}")
     return _row(name, f"q[{batch},1,4,128] keys {keys}/req ps {page_size}", native, torch_t, floor_us,
-                {"GBps": nbytes / native["median_us"] / 1e3})  # fmt: skip
+                {"GBps": nbytes / native["median_us"] / 1e3, "rel_l2_vs_torch": err})  # fmt: skip
 
 
 def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool, tiles=None) -> dict[str, Any]:
@@ -108,6 +118,9 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
         def fn():
             mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], plan.out[None], SCALE, tiles)
 
+    plan.out.fill_(float("nan"))
+    fn()
+    err = check_agreement(f"mqa prefill {name}", plan.out, _torch_prefill(q, k, starts, ends))
     native = time_cuda_graph(fn, reps=10 if quick else 30)
     torch_t = None
     if tiles is None:
@@ -118,7 +131,8 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
     label = name if tiles is None else f"{name}_tiles{'x'.join(map(str, tiles))}"
     return _row(label, f"{rows} rows x {keys} keys, pos {pos0}..{pos0 + rows - 1}", native, torch_t,
                 max(math_us, write_us), {"math_floor_us": math_us, "write_floor_us": write_us,
-                "TFLOPs_visible": 2 * visible * H * D / native["median_us"] / 1e6})  # fmt: skip
+                "TFLOPs_visible": 2 * visible * H * D / native["median_us"] / 1e6,
+                "rel_l2_vs_torch": err})  # fmt: skip
 
 
 def run(quick: bool = False, variants: bool = False, ceil: dict | None = None) -> list[dict]:

@@ -321,12 +321,13 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
 
 
 def run(quick: bool = False, flex: bool = True, sweep: bool = True, names: list[str] | None = None,
-        physical: bool = True) -> list[dict]:  # fmt: skip
+        physical: bool = True, ceil: dict | None = None) -> list[dict]:  # fmt: skip
     """Run every case (``names`` to pick some); returns one dict per case plus a ceilings row.
 
-    With ``physical``, each case's row is followed by its ``<case>_physical`` row.
+    With ``physical``, each case's row is followed by its ``<case>_physical`` row. ``ceil`` is
+    the output of ``measure_ceilings()`` (measured here when not given).
     """
-    ceil = measure_ceilings()
+    ceil = ceil or measure_ceilings()
     results: list[dict[str, Any]] = [{"name": "ceilings", **ceil, "env": env_info()}]
     for name in names or list(TARGETS):
         row = bench_case(name, ceil, quick, flex, sweep, physical)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from benchmarks import bench_mqa, bench_sparse, report, sweep
+from benchmarks.checks import MismatchError
 from benchmarks.timing import env_info, measure_ceilings
 
 __all__ = ["main", "run"]
@@ -41,7 +42,10 @@ def _annotate_mqa(row: dict[str, Any], copy_tbps: float) -> dict[str, Any]:
 
 
 def _annotate_sparse(row: dict[str, Any], copy_tbps: float) -> dict[str, Any]:
-    row = {"op": "sparse_attention", **row}
+    op = "sparse_physical" if row["name"].endswith("_physical") else "sparse_attention"
+    row = {"op": op, **row}
+    if not row["rel_l2_vs_torch"] < 1e-2:  # bench_sparse records the error; a mismatch is not a result
+        raise MismatchError(f"{row['name']}: relative L2 error {row['rel_l2_vs_torch']:.3g} against PyTorch")
     row["bytes"] = row["floor_us"] * 1e-6 * copy_tbps * 1e12
     row["flops"] = 4 * row["rows"] * row["width"] * bench_sparse.HQ * bench_sparse.D
     if "flex_us" in row:
@@ -62,7 +66,7 @@ def run(quick: bool, flex: bool, do_sweep: bool, progress: Any = None) -> dict[s
     for row in bench_mqa.run(quick=quick, ceil=ceilings)[1:]:
         results.append(_annotate_mqa(row, ceilings["copy_TBps"]))
     step("MQA indexer cases")
-    for row in bench_sparse.run(quick=quick, flex=flex, sweep=False)[1:]:
+    for row in bench_sparse.run(quick=quick, flex=flex, sweep=False, ceil=ceilings)[1:]:
         results.append(_annotate_sparse(row, ceilings["copy_TBps"]))
     step("sparse attention cases")
     if do_sweep:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from benchmarks import bench_mqa, bench_sparse
+from benchmarks.checks import check_agreement
 from benchmarks.timing import time_cuda_graph
 
 __all__ = ["points", "run_point"]
@@ -57,10 +58,6 @@ def sparse_decode_inputs(context: int, batch: int, blocks: int, seed: int = 0) -
     }
 
 
-def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
-
-
 def _sparse_point(context: int, batch: int, blocks: int, copy_tbps: float, reps: int) -> dict[str, Any]:
     from mate_kernels_musa.sparse_launch import sparse_attention
 
@@ -91,9 +88,7 @@ def _mqa_point(context: int, batch: int, copy_tbps: float, reps: int) -> dict[st
     plan = plan_mqa_decode(q, k_cache, table, lens, keys, scale=bench_mqa.SCALE)
 
     def torch_path() -> torch.Tensor:
-        kk = k_cache[table.long()].view(batch, keys, d)
-        visible = torch.arange(keys, device="cuda")[None, :] < lens[:, None]
-        return bench_mqa._torch_scores(q.view(batch, h, d), kk, visible)
+        return bench_mqa._decode_torch(q, k_cache, table, lens)
 
     plan.out.fill_(float("nan"))
     mqa_launch.mqa_decode(plan)
@@ -106,12 +101,7 @@ def _mqa_point(context: int, batch: int, copy_tbps: float, reps: int) -> dict[st
 
 def _timed(native: Callable[[], Any], torch_fn: Callable[[], Any], out: torch.Tensor, ref: torch.Tensor,
            reps: int) -> dict[str, Any]:  # fmt: skip
-    finite = torch.isfinite(ref)
-    if not torch.equal(finite, torch.isfinite(out)):
-        raise RuntimeError("native output's -inf/NaN pattern differs from the PyTorch path")
-    err = _rel_l2(out[finite], ref[finite])
-    if not err < 1e-2:
-        raise RuntimeError(f"native output disagrees with the PyTorch path: relative L2 {err:.3g}")
+    err = check_agreement("sweep point", out, ref)
     t_native = time_cuda_graph(native, reps=reps)
     t_torch = time_cuda_graph(torch_fn, reps=max(5, reps // 5))
     return {
