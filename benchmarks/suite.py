@@ -63,22 +63,38 @@ def run(quick: bool, flex: bool, do_sweep: bool, progress: Any = None) -> dict[s
         if progress:
             progress.update(task, advance=1, description=label)
 
-    for row in bench_mqa.run(quick=quick, ceil=ceilings)[1:]:
-        results.append(_annotate_mqa(row, ceilings["copy_TBps"]))
-    step("MQA indexer cases")
-    for row in bench_sparse.run(quick=quick, flex=flex, sweep=False, ceil=ceilings)[1:]:
-        results.append(_annotate_sparse(row, ceilings["copy_TBps"]))
-    step("sparse attention cases")
+    errors: list[str] = []
+
+    def guarded(label: str, fn: Any) -> Any:
+        """A failing family or point is recorded and reported, never timed as a result."""
+        try:
+            return fn()
+        except Exception as exc:  # every failure ends up in the JSON and the exit code
+            errors.append(f"{label}: {type(exc).__name__}: {exc}")
+            print(f"FAILED {errors[-1]}", file=sys.stderr)
+            return None
+        finally:
+            step(label)
+
+    bw = ceilings["copy_TBps"]
+    results += guarded("MQA indexer cases", lambda: [
+        _annotate_mqa(r, bw) for r in bench_mqa.run(quick=quick, ceil=ceilings)[1:]]) or []  # fmt: skip
+    results += guarded("sparse attention cases", lambda: [
+        _annotate_sparse(r, bw) for r in bench_sparse.run(quick=quick, flex=flex, sweep=False, ceil=ceilings)[1:]
+    ]) or []  # fmt: skip
     if do_sweep:
         for op, axis, x in sweep.points(quick):
-            results.append(sweep.run_point(op, axis, x, ceilings["copy_TBps"], quick))
-            step(f"sweep {op} {axis}={x}")
+            row = guarded(f"sweep {op} {axis}={x}", lambda op=op, axis=axis, x=x: sweep.run_point(
+                op, axis, x, bw, quick))  # fmt: skip
+            if row is not None:
+                results.append(row)
     return {
         "date": datetime.date.today().isoformat(),
         "command": "python -m benchmarks" + (" --quick" if quick else ""),
         "env": env_info(),
         "ceilings": ceilings,
         "results": results,
+        "errors": errors,
     }
 
 
@@ -109,4 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("matplotlib is not installed: no plots (run python -m benchmarks.report on the JSON elsewhere)")
     print(f"wrote {out / 'bench.json'}")
-    return 0
+    for err in doc["errors"]:
+        print(f"FAILED {err}")
+    return 1 if doc["errors"] else 0
