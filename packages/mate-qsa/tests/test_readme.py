@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,10 @@ def test_readme_quick_start_has_exactly_the_two_commands() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(_blocks())))
-def test_readme_example_runs(index: int) -> None:
+def test_readme_example_runs(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
     source = _blocks()[index]
-    exec(compile(source, f"README.md python block {index + 1}", "exec"), {"__name__": "__readme__"})
+    # A real module in sys.modules: torch.compile (dynamo) imports the module of the
+    # functions it traces by name, and an exec namespace alone is not importable.
+    module = types.ModuleType("__readme__")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(source, f"README.md python block {index + 1}", "exec"), module.__dict__)

@@ -53,6 +53,9 @@ def package_versions() -> dict[str, str | None]:
     for name, module in _MODULES.items():
         if found[name] is None:
             found[name] = importlib.import_module(module).__version__
+    # The module's own version: distribution metadata can omit the local build tag
+    # (an image's torch reported "2.11.0" for torch.__version__ "2.11.0+cu130").
+    found["torch"] = torch.__version__
     found["torch cuda build"] = torch.version.cuda
     found["tilelang"] = mate_kernels_musa.tilelang_version()
     return found
