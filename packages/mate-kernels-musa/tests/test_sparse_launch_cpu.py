@@ -235,6 +235,7 @@ def test_schedule_heuristic() -> None:
     assert choose_schedule(4096, 2, 2051, 0, 132).splits == 1  # prefill: one CTA per (row, head)
     assert choose_schedule(256, 2, 2051, 0, 132).splits == 1  # decode 64 x 4: enough CTAs
     decode = choose_schedule(64, 2, 2051, 0, 132)
-    assert decode.tile is W4 and decode.splits == 3
+    assert decode.tile is W4 and decode.splits == 4
+    assert choose_schedule(1, 2, 2051, 0, 132).splits == 32  # one row: capped at 64 slots per split
     assert choose_schedule(64, 2, 2051, 7, 132).splits == 7
     assert choose_schedule(1, 2, 20, 0, 132).splits == 1  # too few slots to split

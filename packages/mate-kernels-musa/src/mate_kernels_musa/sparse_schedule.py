@@ -30,8 +30,27 @@ prefill 4096, overlap   3249   3343   3538   3676   4057   4537
 prefill 4096, uniform   3671   3729
 =====================  =====  =====  =====  =====  =====  =====
 
-The rule picks 3 splits for 64 x 1 (work 128), 1 for 64 x 4 (work 512 < 4 * 132) and
-1 for prefill. A positive ``num_splits`` is used as given (1 = no SplitKV).
+Small batches (second sweep, same day: 131072-token context, 2051 or 515 slots,
+CUDA-graph replay medians in us; ``*`` = what the rule now picks):
+
+=====================  =====  =====  =====  =====  =====  =====
+splits                     2      4      8     16     32     64
+=====================  =====  =====  =====  =====  =====  =====
+1 x 1, 2051 slots         82     52     38     32    30*     31
+8 x 1, 2051 slots         83     53     41    37*     38     48
+16 x 1, 2051 slots        82     58    48*     49     64     80
+32 x 1, 2051 slots        88     70    68*     83    102    146
+64 x 1, 2051 slots       108   101*    118    151    189    267
+1 x 1, 515 slots          39     31    27*     26     26     29
+8 x 1, 515 slots          39     32    28*     28     30     40
+=====================  =====  =====  =====  =====  =====  =====
+
+Even at 64 splits of one 32-slot step each, one row costs ~30 us against a ~1 us memory
+floor: the per-call fixed cost (slot resolution, the merge launch) is what small batches
+pay, not bandwidth. With 3 target waves and 64 slots per split the rule picks 32 splits
+for 1 x 1 (was 8: 39 us), 25 for 8 x 1, 13 for 16 x 1, 7 for 32 x 1, 4 for 64 x 1 (was 3:
+102-110 us), 1 for 64 x 4 (work 512 < 4 * 132) and 1 for prefill. A positive
+``num_splits`` is used as given (1 = no SplitKV).
 """
 
 from __future__ import annotations
@@ -66,8 +85,8 @@ TILES = {t.name: t for t in (W4,)}  # what the launcher uses (and CI compiles)
 CANDIDATES = {t.name: t for t in (W2, N64)}  # measured alternatives (benchmark sweep only)
 
 PREFILL_MIN_WAVES = 4
-DECODE_TARGET_WAVES = 2
-MIN_SLOTS_PER_SPLIT = 256
+DECODE_TARGET_WAVES = 3
+MIN_SLOTS_PER_SPLIT = 64
 
 
 def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int) -> Schedule:
