@@ -100,8 +100,11 @@ def bench_decode(page_size: int, ceil: dict, quick: bool, block_keys: int | None
                 {"GBps": nbytes / native["median_us"] / 1e3, "rel_l2_vs_torch": err})  # fmt: skip
 
 
-def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool, tiles=None) -> dict[str, Any]:
-    from mate_core import plan_mqa_prefill
+def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool, tiles=None,
+                  indexer: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Packed prefill scoring; with ``indexer``, the same rows through ``qsa_indexer_mqa_score``
+    (padded ``q_idx [1, rows, 4, 128]``, ``block_keys [1, keys, 128]``, ``query_positions``)."""
+    from mate_core import plan_indexer_score, plan_mqa_prefill
     from mate_kernels_musa import mqa_launch
 
     gen = torch.Generator(device="cuda").manual_seed(rows)
@@ -110,10 +113,15 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
     pos = torch.arange(pos0, pos0 + rows, device="cuda")
     ends = ((pos + 1) // 4).clamp(max=keys).to(torch.int32)
     starts = torch.zeros(rows, dtype=torch.int32, device="cuda")
-    plan = plan_mqa_prefill(q, k, starts, ends, scale=SCALE)
-    if tiles is None:
+    if indexer:
+        positions = pos.to(torch.int32)[None]
+        plan = plan_indexer_score(q[None], k[None], query_positions=positions, scale=SCALE)
+        fn = lambda: mqa_launch.indexer_score(plan)  # noqa: E731
+    elif tiles is None:
+        plan = plan_mqa_prefill(q, k, starts, ends, scale=SCALE)
         fn = lambda: mqa_launch.mqa_prefill(plan)  # noqa: E731
     else:
+        plan = plan_mqa_prefill(q, k, starts, ends, scale=SCALE)
 
         def fn():
             mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], plan.out[None], SCALE, tiles)
@@ -146,6 +154,7 @@ def run(quick: bool = False, variants: bool = False, ceil: dict | None = None) -
         results.append(bench_decode(ps, ceil, quick))
     results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick))
     results.append(bench_prefill("causal", 32768, 8192, 0, ceil, quick))
+    results.append(bench_prefill("indexer_score", 4096, 32768, 126976, ceil, quick, indexer=True))
     if variants:
         results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(64, 64, 128, 32)))
     return results

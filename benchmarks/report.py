@@ -23,8 +23,8 @@ from typing import Any
 __all__ = ["load", "table_rows", "render_table", "plot", "readme_section", "update_readme"]
 
 BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
-COLUMNS = ("op", "name", "native_us", "floor_us", "ratio_to_floor", "torch_us", "speedup_vs_torch", "flex_us",
-           "speedup_vs_flex")  # fmt: skip
+COLUMNS = ("op", "name", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", "TFLOPs", "torch_us", "speedup_vs_torch",
+           "flex_us", "speedup_vs_flex")  # fmt: skip
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -37,8 +37,20 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _derived(r: dict[str, Any]) -> dict[str, Any]:
+    """Effective floor bytes and FLOPs per second of the native time."""
+    seconds = r["native_us"] * 1e-6
+    out = dict(r)
+    if r.get("bytes"):
+        out["eff_TBps"] = r["bytes"] / seconds / 1e12
+    if r.get("flops"):
+        out["TFLOPs"] = r["flops"] / seconds / 1e12
+    return out
+
+
 def table_rows(doc: dict[str, Any], sweep: bool = False) -> list[list[str]]:
-    return [[_fmt(r.get(c)) for c in COLUMNS] for r in doc["results"] if ("sweep" in r) == sweep]
+    rows = [_derived(r) for r in doc["results"] if ("sweep" in r) == sweep]
+    return [[_fmt(r.get(c)) for c in COLUMNS] for r in rows]
 
 
 def render_table(doc: dict[str, Any]) -> str:
@@ -131,8 +143,9 @@ def readme_section(doc: dict[str, Any], plot_paths: list[str]) -> str:
         f"in the same run: copy {c['copy_TBps']:.2f} TB/s (read + write), bf16 GEMM "
         f"{c['gemm8192_TFLOPs']:.0f} TFLOP/s (8192^3). Medians of CUDA-graph replays, L2 flushed before each.",
         "",
-        "| op | case | native us | floor us | x floor | PyTorch us | speedup | FlexAttention us | speedup |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| op | case | native us | floor us | x floor | eff. TB/s | TFLOP/s | PyTorch us | speedup | FlexAttention us "
+        "| speedup |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in table_rows(doc):
         lines.append("| " + " | ".join(r) + " |")
@@ -141,8 +154,9 @@ def readme_section(doc: dict[str, Any], plot_paths: list[str]) -> str:
         "Floors (QSA-DESIGN.md section 4, at the copy rate measured above): MQA decode reads every "
         "compressed key once and writes the logits; MQA prefill is max(math at the GEMM rate, FP32 "
         "output write); sparse attention moves the selected K/V of every row with no reuse, so "
-        "prefill rows that share blocks through the L2 can beat it (x floor < 1). `_physical` rows "
-        "run the same selections through `selected_kv_indices` (no gate).",
+        "prefill rows that share blocks through the L2 can beat it (x floor < 1). eff. TB/s is the "
+        "floor's bytes over the native time. `_physical` rows run the same selections through "
+        "`selected_kv_indices` (no gate).",
         "",
     ]
     lines += [f"![{Path(p).stem}]({p})" for p in plot_paths]

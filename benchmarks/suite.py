@@ -29,7 +29,7 @@ __all__ = ["main", "run"]
 
 
 def _annotate_mqa(row: dict[str, Any], copy_tbps: float) -> dict[str, Any]:
-    op = "mqa_decode" if row["name"].startswith("decode") else "mqa_prefill"
+    op = {"decode": "mqa_decode", "indexer": "indexer_score"}.get(row["name"].split("_")[0], "mqa_prefill")
     row = {"op": op, **row}
     if op == "mqa_decode":
         row["bytes"] = row["floor_us"] * 1e-6 * copy_tbps * 1e12
