@@ -71,17 +71,24 @@ def _row(name: str, shape: str, native: dict, torch_t: dict | None, floor_us: fl
     return row
 
 
+def decode_inputs(batch: int, keys: int, page_size: int, seed: int, device: str = "cuda") -> tuple[torch.Tensor, ...]:
+    """``(q [batch,1,4,128], k_cache [pages,page_size,1,128], page_table, context_lens)``: bf16
+    data, every request ``keys`` long, physical pages shuffled across requests."""
+    max_pages = keys // page_size
+    gen = torch.Generator(device=device).manual_seed(seed)
+    k_cache = torch.randn(batch * max_pages, page_size, 1, D, device=device, generator=gen, dtype=torch.bfloat16)
+    table = torch.randperm(batch * max_pages, device=device, generator=gen).view(batch, max_pages).to(torch.int32)
+    lens = torch.full((batch,), keys, dtype=torch.int32, device=device)
+    q = torch.randn(batch, 1, H, D, device=device, generator=gen, dtype=torch.bfloat16)
+    return q, k_cache, table, lens
+
+
 def bench_decode(page_size: int, ceil: dict, quick: bool, block_keys: int | None = None) -> dict[str, Any]:
     from mate_core import plan_mqa_decode
     from mate_kernels_musa import mqa_launch
 
     batch, keys, max_len = 64, 32768, 32768
-    max_pages = keys // page_size
-    gen = torch.Generator(device="cuda").manual_seed(page_size)
-    k_cache = torch.randn(batch * max_pages, page_size, 1, D, device="cuda", generator=gen, dtype=torch.bfloat16)
-    table = torch.randperm(batch * max_pages, device="cuda", generator=gen).view(batch, max_pages).to(torch.int32)
-    lens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, 1, H, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q, k_cache, table, lens = decode_inputs(batch, keys, page_size, seed=page_size)
     plan = plan_mqa_decode(q, k_cache, table, lens, max_len, scale=SCALE)
     kw = {} if block_keys is None else {"block_keys": block_keys}
     plan.out.fill_(float("nan"))

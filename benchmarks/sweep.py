@@ -79,12 +79,7 @@ def _mqa_point(context: int, batch: int, copy_tbps: float, reps: int) -> dict[st
     from mate_kernels_musa import mqa_launch
 
     keys, h, d = context // 4, bench_mqa.H, bench_mqa.D
-    max_pages = keys // PAGE
-    gen = torch.Generator(device="cuda").manual_seed(keys)
-    k_cache = torch.randn(batch * max_pages, PAGE, 1, d, device="cuda", generator=gen, dtype=torch.bfloat16)
-    table = torch.randperm(batch * max_pages, device="cuda", generator=gen).view(batch, max_pages).to(torch.int32)
-    lens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, 1, h, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q, k_cache, table, lens = bench_mqa.decode_inputs(batch, keys, PAGE, seed=keys)
     plan = plan_mqa_decode(q, k_cache, table, lens, keys, scale=bench_mqa.SCALE)
 
     def torch_path() -> torch.Tensor:

@@ -53,3 +53,13 @@ def test_sweep_points_cover_each_axis() -> None:
     assert {a for _, a, _ in full} == {"context", "batch", "width"}
     assert len(quick) < len(full)
     assert ("sparse_decode", "width", 2051) in full and ("mqa_decode", "context", 131072) in full
+
+
+def test_decode_inputs_match_the_torch_path_shapes() -> None:
+    from benchmarks import bench_mqa
+
+    q, k_cache, table, lens = bench_mqa.decode_inputs(2, 256, 16, seed=0, device="cpu")
+    assert q.shape == (2, 1, 4, 128) and k_cache.shape == (32, 16, 1, 128)
+    assert sorted(table.flatten().tolist()) == list(range(32)) and lens.tolist() == [256, 256]
+    scores = bench_mqa._decode_torch(q, k_cache, table, lens)
+    assert scores.shape == (2, 256) and bool(scores.isfinite().all())
