@@ -118,7 +118,7 @@ _EMULATORS = {"sparse_paged_kernel": _emulate_paged, "sparse_merge_kernel": _emu
 
 @pytest.fixture
 def emulated(monkeypatch):
-    monkeypatch.setattr(sparse_launch, "_profile", lambda device: "cpu-emulator")
+    monkeypatch.setattr(sparse_launch, "profile_name", lambda device: "cpu-emulator")
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 132)
     monkeypatch.setattr(sparse_launch, "build", lambda factory, profile, *c: _EMULATORS[factory.__name__](*c))
 

@@ -13,7 +13,21 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from .target import profile_named
+import torch
+
+from mate_core.arch import native_target_for
+
+from .target import profile_for, profile_named
+
+
+@functools.cache
+def profile_name(device: torch.device) -> str:
+    """Compile profile of ``device`` through mate_core's architecture gate (cached per device).
+
+    Raises :class:`mate_core.UnsupportedTargetError` for devices outside the native target
+    table, before anything is compiled.
+    """
+    return profile_for(native_target_for(device)).name
 
 
 @functools.cache

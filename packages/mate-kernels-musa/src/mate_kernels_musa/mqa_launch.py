@@ -9,17 +9,14 @@ capturable torch ops), no allocation: warmed-up calls can be captured in a CUDA 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 
-from mate_core.arch import native_target_for
 from mate_core.plans import IndexerScorePlan, MQADecodePlan, MQAPrefillPlan
 
 from . import mqa_decode_kernel, mqa_score_kernel
-from ._build import build
-from .target import profile_for
+from ._build import build, profile_name
 
 __all__ = ["indexer_score", "mqa_prefill", "mqa_decode"]
 
@@ -27,13 +24,8 @@ _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 VEC_ELEMS = 8  # 16 bytes of BF16/FP16
 
 
-@functools.cache
-def _profile(device_type: str, index: int | None) -> str:
-    return profile_for(native_target_for(torch.device(device_type, index))).name
-
-
 def _kernel(factory: Any, device: torch.device, *consts: Any) -> Any:
-    return build(factory, _profile(device.type, device.index), *consts)
+    return build(factory, profile_name(device), *consts)
 
 
 def strides8(t: torch.Tensor) -> list[int]:

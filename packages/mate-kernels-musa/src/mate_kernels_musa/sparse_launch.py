@@ -34,15 +34,13 @@ from typing import Any
 
 import torch
 
-from mate_core.arch import native_target_for
 from mate_core.errors import BackendUnavailableError
 from mate_core.plans import SparseAttentionPlan
 
 from . import sparse_merge_kernel, sparse_paged_kernel
-from ._build import build
+from ._build import build, profile_name
 from ._sparse_macros import row_mode
 from .sparse_schedule import CANDIDATES, TILES, Schedule, choose_schedule
-from .target import profile_for
 
 __all__ = ["sparse_attention", "schedule_for", "specializations", "MERGE_THREADS"]
 
@@ -50,11 +48,6 @@ _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: 
 VEC = 8  # elements per 16-byte K/V access
 MERGE_THREADS = 64
 _INT32_LIMIT = 2**31 - 64  # K/V offsets (16-byte units, + one row of slack) must stay below this
-
-
-@functools.cache
-def _profile(device: torch.device) -> str:
-    return profile_for(native_target_for(device)).name
 
 
 @functools.cache
@@ -225,7 +218,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
         _write_empty(plan)
         return
     device = _dev(q)
-    profile = _profile(device)  # the arch gate, before any device-property query or compile
+    profile = profile_name(device)  # the arch gate, before any device-property query or compile
     pages, hkv = key.shape[0], key.shape[-2]
     sched = schedule or schedule_for(plan)
     tile = sched.tile
