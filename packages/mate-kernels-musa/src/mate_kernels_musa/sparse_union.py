@@ -1,0 +1,294 @@
+"""Sparse attention that shares the K/V gather between neighbouring query rows (row-group unions).
+
+``sparse_attention_union(plan, rows_per_cta=R)`` takes the same validated
+``SparseAttentionPlan`` as :func:`.sparse_launch.sparse_attention` and writes
+``plan.out`` / ``plan.lse`` in four capturable steps (no sync, no ``.item()``):
+
+1. :mod:`.sparse_resolve_kernel` writes the physical cache row ``page * page_size + slot``
+   of every (row, selection slot), a marker where the slot is unused (the paged kernel's
+   rule); rows are padded with unused rows to a multiple of ``R``.
+2. The union prep builds each group's union ``U`` (distinct physical rows, ascending),
+   its size ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count
+   as often as they appear). Fast path (``T <= PREP_T_CAP``): ``torch.sort`` of each row,
+   then :mod:`.sparse_union_prep_kernel` (one CTA per group, binary searches in shared
+   memory). Otherwise :func:`union_prep`, torch ops only (a segmented sort of the
+   group's ``R * T`` keys ``phys * R + row``; ~1.8 ms on the 4096-row prefill shape).
+3. :mod:`.sparse_union_kernel`, one CTA per (group, KV head), gathers each union token
+   once for the ``R`` rows and writes FP32 partials + LSE in the paged kernel's format.
+4. :mod:`.sparse_merge_kernel` (one split) applies the gate and writes the caller's views.
+
+Groups are consecutive rows whatever their requests: the union is over physical rows, so
+a group may straddle requests (and padded rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mate_core.plans import SparseAttentionPlan
+
+from . import sparse_merge_kernel, sparse_resolve_kernel, sparse_union_kernel, sparse_union_prep_kernel
+from ._build import build, profile_name
+from .sparse_launch import (
+    _DTYPES,
+    _INT32_LIMIT,
+    MERGE_THREADS,
+    _dev,
+    _dummies,
+    _flat16,
+    _gate_view,
+    _ids,
+    _paged_kv,
+    _row_args,
+    _write_empty,
+)
+
+__all__ = [
+    "UnionTile",
+    "UNION_TILES",
+    "RESOLVE_THREADS",
+    "union_tile",
+    "union_consts",
+    "union_specializations",
+    "resolve_physical",
+    "union_prep",
+    "union_prep_native",
+    "prepare_union",
+    "sparse_attention_union",
+]
+
+RESOLVE_THREADS = 256
+PREP_T_CAP = 2560  # shared-memory slots per row of the prep kernel (R * 2560 * 8 bytes <= 160 KiB at R = 8)
+PREP_THREADS = 512
+_COUNT16_MAX_T = 2**15 - 1  # a row's count of one token is at most T: int16 counts while T fits
+
+
+@dataclass(frozen=True)
+class UnionTile:
+    """Compile-time tile of :mod:`.sparse_union_kernel` for one ``rows_per_cta``."""
+
+    block_n: int
+    threads: int
+    chunk_blocks: int
+    min_blocks: int
+    num_stages: int = 1
+    packed: bool = False  # rows at tile stride = GQA group instead of 16 (R = 5 x 12 heads in 64 rows)
+
+
+# rows_per_cta -> tile. M = 16 R score rows: R = 4 is one wgmma warpgroup tile (M = 64).
+# R = 4 on the 4096-row prefill with 90% overlap (H200, attention only): BN 64 1748 us,
+# BN 32 1870 us, BN 32 with 256 threads 2830 us.
+UNION_TILES: dict[int, UnionTile] = {
+    1: UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1),
+    2: UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1),
+    4: UnionTile(block_n=64, threads=128, chunk_blocks=4, min_blocks=1),
+    5: UnionTile(block_n=64, threads=128, chunk_blocks=4, min_blocks=1, packed=True),
+    8: UnionTile(block_n=32, threads=256, chunk_blocks=8, min_blocks=1),
+}
+
+
+def union_tile(rows_per_cta: int) -> UnionTile:
+    try:
+        return UNION_TILES[rows_per_cta]
+    except KeyError:
+        raise ValueError(f"rows_per_cta must be one of {sorted(UNION_TILES)}, got {rows_per_cta!r}") from None
+
+
+def union_consts(group: int, dtype: str, rows_per_cta: int, wide: bool, count_dtype: str,
+                 tile: UnionTile | None = None) -> tuple[Any, ...]:  # fmt: skip
+    """Compile-time arguments of ``sparse_union_kernel`` for one specialization."""
+    t = tile or union_tile(rows_per_cta)
+    return (group, dtype, rows_per_cta, t.block_n, t.threads, t.chunk_blocks, t.min_blocks, wide, count_dtype,
+            t.num_stages, t.packed)  # fmt: skip
+
+
+def union_specializations(
+    groups: tuple[int, ...] = (12,),
+    dtypes: tuple[str, ...] = ("bfloat16", "float16"),
+    rows_per_cta: tuple[int, ...] = (4,),
+    wide: tuple[bool, ...] = (False,),
+    count_dtypes: tuple[str, ...] = ("int16",),
+) -> list[tuple[Any, tuple[Any, ...]]]:
+    """``(factory, consts)`` of the resolve kernel, the prep kernels and every union kernel for these geometries."""
+    prep = [(sparse_union_prep_kernel.sparse_union_prep_kernel, prep_consts(r)) for r in rows_per_cta]
+    union = [
+        (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))
+        for g in groups for d in dtypes for r in rows_per_cta for w in wide for c in count_dtypes
+    ]  # fmt: skip
+    return [(sparse_resolve_kernel.sparse_resolve_kernel, (RESOLVE_THREADS,)), *prep, *union]
+
+
+def prep_consts(rows_per_cta: int) -> tuple[Any, ...]:
+    """Compile-time arguments of ``sparse_union_prep_kernel`` for ``R`` rows per group."""
+    return (rows_per_cta, PREP_T_CAP, PREP_THREADS, "int16")
+
+
+def resolve_physical(plan: SparseAttentionPlan, rows_per_cta: int, unused: int = -1) -> torch.Tensor:
+    """Physical cache row of every (row, slot), int32 ``[ceil(rows / R) * R, T]``, ``unused`` where unused.
+
+    The cache row ``p`` is token ``p % page_size`` of page ``p // page_size`` of the paged
+    form of K/V (``sparse_launch._paged_kv``); padding rows past ``plan.rows`` are all ``unused``.
+    """
+    key, _, table, page_size = _paged_kv(plan)
+    ids = _ids(plan)
+    rows, width = ids.shape
+    rows_pad = -(-rows // rows_per_cta) * rows_per_cta
+    phys = torch.empty((rows_pad, width), dtype=torch.int32, device=ids.device)
+    kernel = build(sparse_resolve_kernel.sparse_resolve_kernel, profile_name(_dev(plan.query)), RESOLVE_THREADS)
+    kernel(ids, table, phys, *_row_args(plan, table.shape[1] * page_size), key.shape[0], page_size, unused)
+    return phys
+
+
+def union_prep(phys: torch.Tensor, rows_per_cta: int, n_phys: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group unions of physical rows and per-row counts (capturable torch ops, no sync).
+
+    Parameters
+    ----------
+    phys : torch.Tensor
+        int32 ``[n_groups * R, T]`` physical rows in ``[0, n_phys)``, -1 where unused.
+    rows_per_cta : int
+        ``R``, rows per group (consecutive rows ``g R .. g R + R - 1``).
+    n_phys : int
+        Number of physical rows (bounds the keys: int32 keys while ``n_phys * R`` fits).
+
+    Returns
+    -------
+    U : torch.Tensor
+        int32 ``[n_groups, W + 1]`` with ``W = R * T``: ``U[g, u]`` is the physical row of
+        union slot ``u < NU[g]`` (ascending); later entries are -1 or scratch, never read.
+    NU : torch.Tensor
+        int32 ``[n_groups]`` union sizes.
+    C : torch.Tensor
+        ``[n_groups, R, W + 1]`` int16 (int32 when ``T >= 2^15``): how many times row
+        ``g R + i`` selected the token of union slot ``u`` (0 = not selected); entries at
+        ``u >= NU[g]`` are scratch.
+    """
+    r = rows_per_cta
+    rows_pad, t = phys.shape
+    n_grp, w = rows_pad // r, r * t
+    dev = phys.device
+    kdt = torch.int32 if n_phys * r < 2**31 - 1 else torch.int64
+    sentinel = torch.iinfo(kdt).max  # sorts after every real key
+    row_in_group = torch.arange(rows_pad, dtype=kdt, device=dev).remainder_(r)[:, None]
+    keys = torch.where(phys >= 0, phys.to(kdt) * r + row_in_group, sentinel).view(n_grp, w)
+    keys = keys.sort(dim=1).values
+    valid = keys != sentinel
+    token = torch.div(keys, r, rounding_mode="floor")
+    row = keys - token * r
+    # First occurrence of each physical token opens a union slot.
+    first = valid.clone()
+    first[:, 1:] &= token[:, 1:] != token[:, :-1]
+    slot = first.cumsum(1, dtype=torch.int32) - 1
+    nu = slot[:, -1] + 1
+    dump = torch.full_like(slot, w)  # scratch column W takes every write that is not a slot's
+    u = torch.full((n_grp, w + 1), -1, dtype=torch.int32, device=dev)
+    u.scatter_(1, torch.where(first, slot, dump).long(), token.to(torch.int32))
+    # Run lengths of identical keys = per-(row, token) counts, written at each run's last key.
+    pos = torch.arange(w, dtype=torch.int32, device=dev).expand(n_grp, w)
+    start = valid.clone()
+    start[:, 1:] &= keys[:, 1:] != keys[:, :-1]
+    run0 = torch.where(start, pos, 0).cummax(1).values
+    last = valid.clone()
+    last[:, :-1] &= keys[:, :-1] != keys[:, 1:]
+    cdt = torch.int16 if t <= _COUNT16_MAX_T else torch.int32
+    counts = torch.zeros((n_grp, r * (w + 1)), dtype=cdt, device=dev)
+    idx = torch.where(last, row.to(torch.int32) * (w + 1) + slot, dump)
+    counts.scatter_(1, idx.long(), (pos - run0 + 1).to(cdt))
+    return u, nu, counts.view(n_grp, r, w + 1)
+
+
+def union_prep_native(sorted_phys: torch.Tensor, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`union_prep` by :mod:`.sparse_union_prep_kernel` (``T <= PREP_T_CAP``).
+
+    Parameters
+    ----------
+    sorted_phys : torch.Tensor
+        int32 ``[n_groups * R, T]``: each row's physical rows sorted ascending, unused slots
+        ``INT32_MAX`` (``resolve_physical(plan, R, SENTINEL)`` then ``torch.sort``).
+
+    Returns
+    -------
+    ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)`` with the
+    meaning of :func:`union_prep`'s; only slots ``u < NU[g]`` are written.
+    """
+    r = rows_per_cta
+    rows_pad, t = sorted_phys.shape
+    n_grp, dev = rows_pad // r, sorted_phys.device
+    u = torch.empty((n_grp, r * t), dtype=torch.int32, device=dev)
+    counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
+    nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
+    kernel = build(sparse_union_prep_kernel.sparse_union_prep_kernel, profile_name(_dev(sorted_phys)),
+                   *prep_consts(r))  # fmt: skip
+    kernel(sorted_phys, u, counts, nu, max(1, t.bit_length()))
+    return u, nu, counts
+
+
+def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups."""
+    key, _, _, page_size = _paged_kv(plan)
+    if _ids(plan).shape[1] <= PREP_T_CAP:
+        phys = resolve_physical(plan, rows_per_cta, sparse_union_prep_kernel.SENTINEL)
+        return union_prep_native(torch.sort(phys, dim=1).values, rows_per_cta)
+    phys = resolve_physical(plan, rows_per_cta)
+    return union_prep(phys, rows_per_cta, key.shape[0] * page_size)
+
+
+def _count_dtype(counts: torch.Tensor) -> str:
+    return "int16" if counts.dtype == torch.int16 else "int32"
+
+
+def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tensor, nu: torch.Tensor,
+                    counts: torch.Tensor, tile: UnionTile | None = None) -> None:  # fmt: skip
+    """Steps 3-4 of :func:`sparse_attention_union` on a prepared union (``union_prep``'s outputs)."""
+    key, value, _, page_size = _paged_kv(plan)
+    q = plan.query
+    rows, hq, dim = q.shape
+    device = _dev(q)
+    profile = profile_name(device)
+    hkv = key.shape[-2]
+    kf, (kp, ks, kh) = _flat16(key)
+    vf, (vp, vs, vh) = _flat16(value)
+    wide = max(kf.shape[0], vf.shape[0]) >= _INT32_LIMIT
+    dtype = _DTYPES[q.dtype]
+    consts = union_consts(hq // hkv, dtype, rows_per_cta, wide, _count_dtype(counts), tile)
+    main = build(sparse_union_kernel.sparse_union_kernel, profile, *consts)
+    gate, has_gate, gate_dtype = _gate_view(plan)
+    merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
+    part_o = torch.empty((1, rows, hq, dim), dtype=torch.float32, device=q.device)
+    part_l = torch.empty((1, rows, hq), dtype=torch.float32, device=q.device)
+    main(q, kf, vf, u, nu, counts, part_o, part_l, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale))
+    lse = plan.lse
+    has_lse = int(lse is not None)
+    if lse is None:
+        lse = _dummies(device)["float32"].expand(rows, hq)
+    merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)
+
+
+def _nothing_to_read(plan: SparseAttentionPlan) -> bool:
+    key, _, table, _ = _paged_kv(plan)
+    return _ids(plan).shape[1] == 0 or key.numel() == 0 or table.numel() == 0
+
+
+def sparse_attention_union(plan: SparseAttentionPlan, rows_per_cta: int = 4, tile: UnionTile | None = None) -> None:
+    """Native sparse attention with one K/V gather per group of ``rows_per_cta`` rows.
+
+    Parameters
+    ----------
+    plan : SparseAttentionPlan
+        As for :func:`.sparse_launch.sparse_attention` (paged, padded or physical K/V,
+        BF16/FP16, D 256, int32 metadata); ``num_splits`` is ignored (one split).
+    rows_per_cta : int
+        Rows per group ``R`` (a key of ``UNION_TILES``).
+    tile : UnionTile, optional
+        Overrides the tile of ``R`` (benchmark sweeps).
+    """
+    union_tile(rows_per_cta)
+    if plan.rows == 0:
+        return
+    if _nothing_to_read(plan):
+        _write_empty(plan)
+        return
+    union_attention(plan, rows_per_cta, *prepare_union(plan, rows_per_cta), tile)

@@ -1,0 +1,201 @@
+"""Sparse attention over the union of a group of rows' selections, one (row group, KV head) per CTA.
+
+``R`` consecutive query rows form a group (:mod:`.sparse_union` builds its union). The
+CTA holds the group's Q heads of one KV head as an ``[16 R, D]`` tile in shared memory
+(row ``i`` of the group in rows ``16 i .. 16 i + group - 1``, padding rows zero), so one
+gathered K/V token serves all ``R`` rows: the K/V bytes moved into the SMs shrink by
+the rows' overlap. Per tile of ``BN`` union slots: 16-byte ``cp.async`` gather of K and
+V (a slot past ``NU[g]`` or without a token points one past the end of K/V, so the
+bounds predicate zero-fills it), QK gemm ``[16 R, BN]``, the per-(row, slot) bias
+``log2(count)`` (``count`` = how often the row selected that token, duplicates
+included; 0 masks it to -inf), FP32 online softmax (exp2) and the PV gemm. Output: the
+normalized FP32 partial and its natural-log LSE in the paged kernel's ``OP``/``LP``
+format with one split, for :mod:`.sparse_merge_kernel` (gate, ``out``/``lse`` views).
+
+A row's softmax over the union slots with these biases equals its softmax over its own
+selection: ``exp(s + ln c) = c exp(s)`` counts a duplicated token ``c`` times.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+from typing import Any
+
+from .sparse_paged_kernel import DIM, HEAD_TILE, LN2, LOG2E, M_INIT
+
+__all__ = ["sparse_union_kernel"]
+
+
+def sparse_union_kernel(
+    group: int,
+    dtype: str,
+    rows_per_cta: int,
+    block_n: int,
+    threads: int,
+    chunk_blocks: int,
+    min_blocks: int,
+    wide: bool,
+    count_dtype: str,
+    num_stages: int = 1,
+    packed: bool = False,
+) -> Any:
+    """Build the prim_func of one specialization.
+
+    Parameters
+    ----------
+    group : int
+        Q heads per KV head (1..16).
+    dtype : str
+        "bfloat16" or "float16" (Q, K, V).
+    rows_per_cta : int
+        ``R``, query rows per group (the score tile has ``16 R`` rows).
+    block_n : int
+        Union slots per inner iteration (the N of the QK tile).
+    threads : int
+        Threads per CTA.
+    chunk_blocks : int
+        Inner iterations whose slots (offsets and biases) are resolved at once into shared memory.
+    min_blocks : int
+        ``__launch_bounds__`` minimum CTAs per SM (1 = no cap).
+    wide : bool
+        int64 K/V offsets (views spanning >= 2^31 16-byte rows); else int32.
+    count_dtype : str
+        dtype of the count tensor ``C`` ("int16" or "int32").
+    num_stages : int
+        Software-pipelining depth of the gather. 1: each chunk runs only its tiles below
+        ``NU[g]`` (a data-dependent trip count); >= 2: every chunk runs all ``chunk_blocks``
+        tiles (TileLang pipelines only fixed trip counts), the ones past ``NU[g]`` masked.
+    packed : bool
+        Row ``i`` of the group occupies tile rows ``i * group ..`` (dense; e.g. 5 rows of 12
+        heads in one 64-row tile) instead of ``16 i ..``; the tile has ``16 * ceil(R * rs / 16)``
+        rows with ``rs`` = group (packed) or 16.
+
+    Kernel arguments
+    ----------------
+    Q [rows, Hq, D] dtype (runtime strides); KF, VF [nk, 8] / [nv, 8] dtype: K/V storage
+    in 16-byte rows; U [n_groups, W] int32 physical token row (``page * page_size + slot``)
+    of each union slot; NU [n_groups] int32 union sizes (slots ``>= NU[g]`` are unused);
+    C [n_groups, R, W] ``count_dtype`` selection counts per (group, row, slot); OP [1, rows,
+    Hq, D] float32 normalized outputs; LP [1, rows, Hq] float32 LSE (natural log, -inf
+    when the row uses nothing). Scalars: page_size, Hkv, the K/V page/slot/head strides in
+    16-byte units, scale.
+    """
+    import tilelang.language as T
+
+    G = group
+    R = rows_per_cta
+    H = G if packed else HEAD_TILE  # tile rows per query row
+    M = HEAD_TILE * -(-(H * R) // HEAD_TILE)
+    D = DIM
+    BN = block_n
+    CH = block_n * chunk_blocks
+    acc = "float32"
+    off_t = "int64" if wide else "int32"
+
+    rows, hq, n_grp, width, nk, nv = T.dynamic("rows, hq, n_grp, width, nk, nv")
+    sq = T.dynamic("sq0, sq1, sq2", "int64")
+
+    @T.prim_func
+    def main(
+        Q: T.StridedTensor([rows, hq, D], sq, dtype),
+        KF: T.Tensor([nk, 8], dtype),
+        VF: T.Tensor([nv, 8], dtype),
+        U: T.Tensor([n_grp, width], "int32"),
+        NU: T.Tensor([n_grp], "int32"),
+        C: T.Tensor([n_grp, R, width], count_dtype),
+        OP: T.Tensor([1, rows, hq, D], acc),
+        LP: T.Tensor([1, rows, hq], acc),
+        page_size: T.int32,
+        hkv: T.int32,
+        kp: T.int64,
+        ks: T.int64,
+        kh: T.int64,
+        vp: T.int64,
+        vs: T.int64,
+        vh: T.int64,
+        scale: T.float32,
+    ):
+        with T.Kernel(n_grp, hkv, threads=threads) as (b, hk):
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
+            q_s = T.alloc_shared([M, D], dtype)
+            k_s = T.alloc_shared([BN, D], dtype)
+            v_s = T.alloc_shared([BN, D], dtype)
+            p_s = T.alloc_shared([M, BN], dtype)
+            # Plain (static) shared memory: the dynamic pool would put a barrier before every copy.
+            koff_s = T.alloc_shared([CH], off_t, scope="shared")
+            voff_s = T.alloc_shared([CH], off_t, scope="shared")
+            bias_s = T.alloc_shared([R, CH], acc, scope="shared")
+
+            acc_s = T.alloc_fragment([M, BN], acc)
+            acc_o = T.alloc_fragment([M, D], acc)
+            m_i = T.alloc_fragment([M], acc)
+            m_prev = T.alloc_fragment([M], acc)
+            l_i = T.alloc_fragment([M], acc)
+            l_blk = T.alloc_fragment([M], acc)
+            alpha = T.alloc_fragment([M], acc)
+
+            nu = T.alloc_var("int32", init=NU[b])
+            k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
+            v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
+            sl2 = scale * LOG2E
+
+            for g, d in T.Parallel(M, D):
+                row = b * R + g // H
+                q_s[g, d] = T.if_then_else(
+                    (g < H * R) & (g % H < G) & (row < rows),
+                    Q[T.min(row, rows - 1), hk * G + T.min(g % H, G - 1), d],
+                    0,
+                )
+            T.fill(acc_o, 0)
+            T.fill(l_i, 0)
+            T.fill(m_i, M_INIT)
+
+            for c in T.serial(T.ceildiv(nu, CH)):
+                cb = c * CH
+                for j in T.Parallel(CH):
+                    u = cb + j
+                    ph = T.if_then_else(u < nu, U[b, T.min(u, width - 1)], -1)
+                    pg = T.max(ph, 0) // page_size
+                    sl = T.max(ph, 0) % page_size
+                    koff_s[j] = T.if_then_else(ph >= 0, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
+                    voff_s[j] = T.if_then_else(ph >= 0, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+                for i, j in T.Parallel(R, CH):
+                    u = cb + j
+                    cnt = T.if_then_else(u < nu, T.cast(C[b, i, T.min(u, width - 1)], "int32"), 0)
+                    bias_s[i, j] = T.if_then_else(cnt > 0, T.log2(T.cast(cnt, acc)), -T.infinity(acc))
+
+                trips = chunk_blocks if num_stages > 1 else T.min(chunk_blocks, T.ceildiv(nu - cb, BN))
+                for k in T.Pipelined(trips, num_stages=num_stages):
+                    for j, d in T.Parallel(BN, D):
+                        k_s[j, d] = KF[koff_s[k * BN + j] + d // 8, d % 8]
+                    for j, d in T.Parallel(BN, D):
+                        v_s[j, d] = VF[voff_s[k * BN + j] + d // 8, d % 8]
+                    T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
+                    # Online softmax step (log2 domain); the bias is -inf where the row does not use the slot.
+                    for g, j in T.Parallel(M, BN):
+                        acc_s[g, j] = acc_s[g, j] * sl2 + bias_s[T.min(g // H, R - 1), k * BN + j]
+                    T.copy(m_i, m_prev)
+                    T.reduce_max(acc_s, m_i, dim=1, clear=False)
+                    for g in T.Parallel(M):
+                        alpha[g] = T.exp2(m_prev[g] - m_i[g])
+                    for g, j in T.Parallel(M, BN):
+                        acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
+                    T.reduce_sum(acc_s, l_blk, dim=1)
+                    for g in T.Parallel(M):
+                        l_i[g] = l_i[g] * alpha[g] + l_blk[g]
+                    for g, d in T.Parallel(M, D):
+                        acc_o[g, d] = acc_o[g, d] * alpha[g]
+                    T.copy(acc_s, p_s)
+                    T.gemm(p_s, v_s, acc_o)
+
+            for g, d in T.Parallel(M, D):
+                row = b * R + g // H
+                if g < H * R and g % H < G and row < rows:
+                    OP[0, row, hk * G + g % H, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
+            for g in T.Parallel(M):
+                row = b * R + g // H
+                if g < H * R and g % H < G and row < rows:
+                    LP[0, row, hk * G + g % H] = T.if_then_else(
+                        l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
+                    )
+
+    return main

@@ -1,0 +1,216 @@
+"""Union-gather sparse attention (``sparse_attention_union``) on the H200 against the FP32 reference.
+
+Marker ``gpu``. The same random problems as the paged kernel's tests (``sparse_cases.py``):
+ragged requests, flattened (``cu_seqlens_q`` / ``token_to_req`` with padded rows) and padded
+queries, -1 pads, duplicates, future ids and ids past ``seq_len_k``, -1 and out-of-range
+pages (whose K/V are NaN), gate and LSE variants, strided ``out`` views; physical ids;
+FP16; GQA groups 3 and 16. Row counts are not multiples of ``R`` and groups straddle
+requests. Outputs are NaN-poisoned and must be fully overwritten (``sparse_checks.check``:
+rel L2 < 1e-2, LSE error < 1e-2, identical -inf patterns). Also: CUDA-graph replay with
+new metadata, empty selections, bitwise determinism.
+
+``-k memcheck`` selects the small subset meant for ``compute-sanitizer --tool memcheck``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _load_checks():
+    name = "mate_kernels_musa_tests_sparse_checks"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_checks.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+checks = _load_checks()
+cases = checks.cases
+ROWS_PER_CTA = (2, 4, 5, 8)  # 5: the packed tile (5 rows x 12 heads in 64 rows)
+
+
+def _run(case, r: int):
+    """Run ``case`` through the union path with ``R = r`` and check it; returns the native plan."""
+    from mate_kernels_musa.sparse_union import sparse_attention_union
+
+    case = case.to("cuda")
+    native, ref = checks.plans(case)
+    sparse_attention_union(native, rows_per_cta=r)
+    checks.check(native, ref, case)
+    return native
+
+
+@pytest.mark.parametrize("index", range(24))
+def test_random_small(index: int, gen: torch.Generator) -> None:
+    _run(cases.random_case(gen, max_rows=64, max_width=300), ROWS_PER_CTA[index % 4])
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_random_large(index: int, gen: torch.Generator) -> None:
+    """Up to 4096 rows with full 2051-slot QSA selections (and a random-width one)."""
+    case = cases.random_case(gen, max_rows=4096, max_width=2051, canonical=index < 2, width=2051 if index < 2 else None)
+    _run(case, 5 if index == 1 else 4)
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_physical(index: int, gen: torch.Generator) -> None:
+    _run(cases.physical_case(gen, max_rows=64 if index < 4 else 600, max_width=300 if index < 4 else 2051), 4)
+
+
+def test_fp16(gen: torch.Generator) -> None:
+    for _ in range(3):
+        _run(cases.random_case(gen, max_rows=48, max_width=400, dtype=torch.float16), 4)
+
+
+@pytest.mark.parametrize(("hq", "hkv"), [(3, 1), (16, 1)])
+def test_group_sizes(hq: int, hkv: int, gen: torch.Generator) -> None:
+    for _ in range(2):
+        _run(cases.random_case(gen, max_rows=32, max_width=200, hq=hq, hkv=hkv), 4)
+
+
+def test_groups_straddle_requests(gen: torch.Generator) -> None:
+    """Several ragged requests in up to 31 rows: groups of 4 span request boundaries."""
+    for _ in range(4):
+        _run(cases.random_case(gen, max_rows=31, max_width=120, query_kind=cases._pick(gen, ["cu", "t2r"])), 4)
+
+
+def test_neighbour_overlap(gen: torch.Generator) -> None:
+    """Prefill rows of one request sharing ~90% of their 4-token blocks (the benchmark's shape, small)."""
+    rows, blocks, page, ctx = 95, 64, 16, 2048  # 95: no R divides it
+    pos = ctx - rows + torch.arange(rows)
+    cur = torch.randperm(int(pos[0] + 1) // 4, generator=gen)[:blocks]
+    sel = []
+    for p in pos.tolist():
+        cur = cur.clone()
+        cur[torch.randperm(blocks, generator=gen)[:6]] = torch.randint(0, (p + 1) // 4, (6,), generator=gen)
+        ids = (cur[:, None] * 4 + torch.arange(4)).reshape(-1)
+        sel.append(torch.cat([ids, torch.arange((p + 1) // 4 * 4, p + 1), torch.full((3 - (p + 1) % 4,), -1)]))
+    kwargs = {
+        "query": torch.randn(rows, 24, 256, generator=gen).to(torch.bfloat16),
+        "key": torch.randn(ctx // page, page, 2, 256, generator=gen).to(torch.bfloat16),
+        "value": torch.randn(ctx // page, page, 2, 256, generator=gen).to(torch.bfloat16),
+        "block_table": torch.randperm(ctx // page, generator=gen).view(1, -1).to(torch.int32),
+        "token_indices": torch.stack(sel).to(torch.int32),
+        "cu_seqlens_q": torch.tensor([0, rows], dtype=torch.int32),
+        "gate": torch.randn(rows, 24, generator=gen),
+        "return_lse": True,
+    }
+    for r in ROWS_PER_CTA:
+        _run(cases.Case(kwargs, notes={"neighbour_overlap": r}), r)
+
+
+@pytest.mark.parametrize("r", ROWS_PER_CTA)
+def test_prep_kernel_matches_torch_prep(r: int, gen: torch.Generator) -> None:
+    """The prep kernel (sorted rows) equals the torch prep on every slot below NU (-1 holes, duplicates)."""
+    from mate_kernels_musa.sparse_union import PREP_T_CAP, union_prep, union_prep_native
+    from mate_kernels_musa.sparse_union_prep_kernel import SENTINEL
+
+    for width in (1, 37, 2051, PREP_T_CAP):
+        groups = int(torch.randint(1, 40, (1,), generator=gen))
+        n_phys = int(torch.randint(1, 3 * width + 2, (1,), generator=gen))
+        phys = torch.randint(0, n_phys, (groups * r, width), generator=gen, dtype=torch.int32)
+        phys[torch.rand(phys.shape, generator=gen) < 0.2] = -1
+        phys = torch.where(torch.rand(phys.shape, generator=gen) < 0.2, phys.roll(1, dims=1), phys)
+        phys[torch.rand(groups * r, generator=gen) < 0.1] = -1
+        phys = phys.cuda()
+        u0, nu0, c0 = union_prep(phys, r, n_phys)
+        u1, nu1, c1 = union_prep_native(torch.where(phys < 0, SENTINEL, phys).sort(dim=1).values, r)
+        assert torch.equal(nu0, nu1), width
+        live = torch.arange(r * width, device="cuda")[None, :] < nu1[:, None]
+        assert torch.equal(u0[:, : r * width][live], u1[live]), width
+        live = live[:, None, :].expand(-1, r, -1)
+        assert torch.equal(c0[:, :, : r * width][live].int(), c1[live].int()), width
+
+
+def test_wide_selection_uses_torch_prep(gen: torch.Generator) -> None:
+    """T > PREP_T_CAP goes through the torch prep; results still match the reference."""
+    from mate_kernels_musa.sparse_union import PREP_T_CAP
+
+    _run(cases.random_case(gen, max_rows=12, width=PREP_T_CAP + 40, canonical=False), 4)
+
+
+def test_empty_selection() -> None:
+    """T = 0: zeros and LSE -inf (no kernel launch)."""
+    from mate_core import plan_sparse_attention
+    from mate_kernels_musa.sparse_union import sparse_attention_union
+
+    plan = plan_sparse_attention(
+        query=torch.randn(5, 24, 256, device="cuda").to(torch.bfloat16),
+        key=torch.randn(4, 16, 2, 256, device="cuda").to(torch.bfloat16),
+        value=torch.randn(4, 16, 2, 256, device="cuda").to(torch.bfloat16),
+        block_table=torch.arange(4, device="cuda", dtype=torch.int32).view(1, 4),
+        token_indices=torch.empty(5, 0, dtype=torch.int32, device="cuda"),
+        cu_seqlens_q=torch.tensor([0, 5], dtype=torch.int32, device="cuda"),
+        return_lse=True,
+        backend="tilelang",
+    )
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    sparse_attention_union(plan)
+    assert torch.equal(plan.out, torch.zeros_like(plan.out))
+    assert bool((plan.lse == -math.inf).all())
+
+
+@pytest.mark.parametrize("query_kind", ["cu", "t2r"])
+def test_cuda_graph_replay_new_metadata(query_kind: str, gen: torch.Generator) -> None:
+    """Capture after warm-up, then replay with new data, ids, pages and lengths in the same tensors."""
+    from mate_kernels_musa.sparse_union import sparse_attention_union
+
+    case = cases.random_case(gen, max_rows=40, max_width=260, query_kind=query_kind)
+    case.kwargs.pop("out", None)
+    case.out_base = None
+    case.kwargs["return_lse"] = True
+    case = case.to("cuda")
+    native, _ = checks.plans(case)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sparse_attention_union(native)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_attention_union(native)
+    kw = case.kwargs
+    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
+    for _ in range(2):
+        for name in ("query", "key", "value"):
+            kw[name].copy_(torch.randn(kw[name].shape, device="cuda").to(kw[name].dtype))
+        kw["token_indices"].copy_(torch.randint(-1, cap, kw["token_indices"].shape, device="cuda", dtype=torch.int32))
+        perm = torch.randperm(kw["key"].shape[0], device="cuda")[: kw["block_table"].numel()]
+        kw["block_table"].copy_(perm.view_as(kw["block_table"]).to(torch.int32))
+        if "seq_lens_k" in kw:
+            kw["seq_lens_k"].copy_(torch.randint(1, cap + 1, kw["seq_lens_k"].shape, device="cuda", dtype=torch.int32))
+        native.out.fill_(float("nan"))
+        native.lse.fill_(float("nan"))
+        graph.replay()
+        checks.check(native, checks.reference(case), case)
+
+
+def test_bitwise_deterministic(gen: torch.Generator) -> None:
+    from mate_kernels_musa.sparse_union import sparse_attention_union
+
+    case = cases.random_case(gen, max_rows=256, max_width=2051, canonical=True).to("cuda")
+    native, _ = checks.plans(case)
+    sparse_attention_union(native)
+    first = native.out_result.clone()
+    native.out.fill_(float("nan"))
+    sparse_attention_union(native)
+    torch.cuda.synchronize()
+    assert torch.equal(first, native.out_result)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_memcheck_invalid_pages(index: int, gen: torch.Generator) -> None:
+    """Small cases with -1 / out-of-range pages and ids past the cache (run under memcheck)."""
+    _run(cases.random_case(gen, max_rows=9, max_width=100, bad_pages=True), ROWS_PER_CTA[index])
