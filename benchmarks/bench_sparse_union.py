@@ -4,12 +4,15 @@ Cases ``prefill_overlap`` and ``prefill_uniform`` from :func:`benchmarks.bench_s
 (one request, 4096 rows at positions 126976..131071, 2051 selected tokens per row, bf16,
 24/2/256, page size 64, gate and LSE on). For each ``R`` (rows per CTA) and tile:
 
-* ``total_us``: the whole call (resolve kernel + torch union prep + union kernel + merge);
-* ``prep_us``: resolve + prep alone; ``attn_us``: union kernel + merge on a prepared union;
+* ``total_us``: the whole call (resolve kernel + union prep + union kernel + merge);
+* ``prep_us``: resolve + prep alone (default method); ``attn_us``: union kernel + merge on
+  a prepared union;
 * ``union_mean`` / ``union_frac``: mean union size per group and its fraction of ``R * T``
   (the K/V bytes moved into the SMs relative to per-row gathers).
 
-Beside them: today's path (``sparse_launch.sparse_attention``), the no-reuse floor
+Per case, ``prep``: the prep methods timed alone for R = 4 (``resolve_us``: the resolve
+kernel; ``sort_us``: resolve + ``torch.sort`` of the rows; ``hash_us`` / ``sorted_us`` /
+``torch_us``: resolve + the whole prep of each method). Beside them: today's path (``sparse_launch.sparse_attention``), the no-reuse floor
 (``bench_sparse._floor_us`` at the copy rate measured in the same run) and the targets
 (0.45x / 0.6x of the floor). Every variant's output and LSE are checked against the
 plain-PyTorch path before timing (``benchmarks.checks.check_agreement``). Timing: CUDA-graph
@@ -40,13 +43,13 @@ def _variants(rows_per_cta: tuple[int, ...]) -> list[tuple[int, Any]]:
     out: list[tuple[int, Any]] = [(r, union_tile(r)) for r in rows_per_cta]
     if 4 in rows_per_cta:
         out += [(4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1)),
-                (4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1, num_stages=2)),
-                (4, UnionTile(block_n=64, threads=128, chunk_blocks=4, min_blocks=1, num_stages=2))]  # fmt: skip
+                (4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=3)),
+                (4, UnionTile(block_n=64, threads=128, chunk_blocks=8, min_blocks=1))]  # fmt: skip
     return out
 
 
 def _tile_name(r: int, tile: Any) -> str:
-    return f"R{r}/bn{tile.block_n}/t{tile.threads}/s{tile.num_stages}"
+    return f"R{r}/bn{tile.block_n}/t{tile.threads}/cb{tile.chunk_blocks}/mb{tile.min_blocks}/s{tile.num_stages}"
 
 
 def bench_variant(plan, r: int, tile, ref: tuple[torch.Tensor, torch.Tensor], reps: int) -> dict[str, Any]:
@@ -83,6 +86,20 @@ def bench_variant(plan, r: int, tile, ref: tuple[torch.Tensor, torch.Tensor], re
     }
 
 
+def bench_prep(plan, r: int, reps: int) -> dict[str, float]:
+    """Prep cost by method and step (resolve, sort) for ``R = r``."""
+    from mate_kernels_musa.sparse_union import prepare_union, resolve_physical
+
+    steps = {
+        "resolve_us": lambda: resolve_physical(plan, r),
+        "sort_us": lambda: torch.sort(resolve_physical(plan, r), dim=1),
+        "hash_us": lambda: prepare_union(plan, r, "hash"),
+        "sorted_us": lambda: prepare_union(plan, r, "sorted"),
+        "torch_us": lambda: prepare_union(plan, r, "torch"),
+    }
+    return {k: time_cuda_graph(fn, reps=reps)["median_us"] for k, fn in steps.items()}
+
+
 def bench_case(name: str, ceil: dict[str, float], rows_per_cta: tuple[int, ...], reps: int) -> dict[str, Any]:
     from mate_core import plan_sparse_attention
     from mate_kernels_musa.sparse_launch import sparse_attention
@@ -102,6 +119,8 @@ def bench_case(name: str, ceil: dict[str, float], rows_per_cta: tuple[int, ...],
         "target_us": bench_sparse.TARGETS[name] * floor,
         "variants": [],
     }
+    row["prep"] = bench_prep(plan, 4, reps)
+    print(json.dumps(row["prep"]), flush=True)
     for r, tile in _variants(rows_per_cta):
         try:
             v = bench_variant(plan, r, tile, ref, reps)
@@ -122,6 +141,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
             continue
         lines.append(f"{res['name']}: today {res['today_us']:.0f} us, floor {res['floor_us']:.0f} us, "
                      f"target {res['target_us']:.0f} us")  # fmt: skip
+        lines.append("  prep R=4: " + ", ".join(f"{k} {v:.0f}" for k, v in res["prep"].items()))
         for v in res["variants"]:
             if "error" in v:
                 lines.append(f"  {v['variant']}: ERROR {v['error']}")

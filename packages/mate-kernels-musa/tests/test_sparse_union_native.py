@@ -110,10 +110,23 @@ def test_neighbour_overlap(gen: torch.Generator) -> None:
         _run(cases.Case(kwargs, notes={"neighbour_overlap": r}), r)
 
 
+def _sorted_union(u: torch.Tensor, nu: torch.Tensor, c: torch.Tensor, width: int):
+    """``(U, C, live)`` with each group's slots ``< NU`` reordered by ascending token (order-free comparison)."""
+    live = torch.arange(width, device=u.device)[None, :] < nu[:, None]
+    key = torch.where(live, u[:, :width], torch.iinfo(torch.int32).max)
+    order = key.argsort(dim=1)
+    cs = c[:, :, :width].gather(2, order[:, None, :].expand(-1, c.shape[1], -1))
+    return key.gather(1, order), cs, live
+
+
 @pytest.mark.parametrize("r", ROWS_PER_CTA)
-def test_prep_kernel_matches_torch_prep(r: int, gen: torch.Generator) -> None:
-    """The prep kernel (sorted rows) equals the torch prep on every slot below NU (-1 holes, duplicates)."""
-    from mate_kernels_musa.sparse_union import PREP_T_CAP, union_prep, union_prep_native
+def test_prep_kernels_match_torch_prep(r: int, gen: torch.Generator) -> None:
+    """Both prep kernels equal the torch prep on every slot below NU (-1 holes, duplicates, empty rows).
+
+    The sorted-rows kernel gives the same order (ascending); the hash kernel the same set
+    and counts in its own order, which must be identical across two calls.
+    """
+    from mate_kernels_musa.sparse_union import PREP_T_CAP, union_prep, union_prep_hash, union_prep_native
     from mate_kernels_musa.sparse_union_prep_kernel import SENTINEL
 
     for width in (1, 37, 2051, PREP_T_CAP):
@@ -124,13 +137,33 @@ def test_prep_kernel_matches_torch_prep(r: int, gen: torch.Generator) -> None:
         phys = torch.where(torch.rand(phys.shape, generator=gen) < 0.2, phys.roll(1, dims=1), phys)
         phys[torch.rand(groups * r, generator=gen) < 0.1] = -1
         phys = phys.cuda()
-        u0, nu0, c0 = union_prep(phys, r, n_phys)
+        w = r * width
+        u0, c0, live = _sorted_union(*union_prep(phys, r, n_phys), w)
+        nu0 = live.sum(1).to(torch.int32)
         u1, nu1, c1 = union_prep_native(torch.where(phys < 0, SENTINEL, phys).sort(dim=1).values, r)
         assert torch.equal(nu0, nu1), width
-        live = torch.arange(r * width, device="cuda")[None, :] < nu1[:, None]
-        assert torch.equal(u0[:, : r * width][live], u1[live]), width
-        live = live[:, None, :].expand(-1, r, -1)
-        assert torch.equal(c0[:, :, : r * width][live].int(), c1[live].int()), width
+        assert torch.equal(u0[live], u1[live]), width
+        live_c = live[:, None, :].expand(-1, r, -1)
+        assert torch.equal(c0[live_c].int(), c1[live_c].int()), width
+        u2, nu2, c2 = union_prep_hash(phys, r)
+        assert torch.equal(nu0, nu2), width
+        u2s, c2s, _ = _sorted_union(u2, nu2, c2, w)
+        assert torch.equal(u0[live], u2s[live]), width
+        assert torch.equal(c0[live_c].int(), c2s[live_c].int()), width
+        u3, _, c3 = union_prep_hash(phys, r)
+        assert torch.equal(u2[live], u3[live]) and torch.equal(c2[live_c], c3[live_c]), "hash order not deterministic"
+
+
+@pytest.mark.parametrize("method", ["sorted", "torch"])
+def test_other_prep_methods(method: str, gen: torch.Generator) -> None:
+    """The attention results through the non-default prep methods."""
+    from mate_kernels_musa.sparse_union import sparse_attention_union
+
+    for r in (4, 5):
+        case = cases.random_case(gen, max_rows=64, max_width=300).to("cuda")
+        native, ref = checks.plans(case)
+        sparse_attention_union(native, rows_per_cta=r, method=method)
+        checks.check(native, ref, case)
 
 
 def test_wide_selection_uses_torch_prep(gen: torch.Generator) -> None:

@@ -7,12 +7,14 @@
 1. :mod:`.sparse_resolve_kernel` writes the physical cache row ``page * page_size + slot``
    of every (row, selection slot), a marker where the slot is unused (the paged kernel's
    rule); rows are padded with unused rows to a multiple of ``R``.
-2. The union prep builds each group's union ``U`` (distinct physical rows, ascending),
-   its size ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count
-   as often as they appear). Fast path (``T <= PREP_T_CAP``): ``torch.sort`` of each row,
-   then :mod:`.sparse_union_prep_kernel` (one CTA per group, binary searches in shared
-   memory). Otherwise :func:`union_prep`, torch ops only (a segmented sort of the
-   group's ``R * T`` keys ``phys * R + row``; ~1.8 ms on the 4096-row prefill shape).
+2. The union prep builds each group's union ``U`` (distinct physical rows), its size
+   ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count as often
+   as they appear). ``method="hash"`` (default while ``T <= PREP_T_CAP``):
+   :mod:`.sparse_union_hash_kernel`, one CTA per group, bucketed by hashed token in shared
+   memory, no sort; ``"sorted"``: ``torch.sort`` of each row, then
+   :mod:`.sparse_union_prep_kernel` (binary searches; ~1.1 ms for R = 4 on the 4096-row
+   prefill shape); ``"torch"`` (any ``T``): :func:`union_prep`, torch ops only (a segmented
+   sort of the group's ``R * T`` keys ``phys * R + row``; ~1.8 ms there).
 3. :mod:`.sparse_union_kernel`, one CTA per (group, KV head), gathers each union token
    once for the ``R`` rows and writes FP32 partials + LSE in the paged kernel's format.
 4. :mod:`.sparse_merge_kernel` (one split) applies the gate and writes the caller's views.
@@ -30,7 +32,13 @@ import torch
 
 from mate_core.plans import SparseAttentionPlan
 
-from . import sparse_merge_kernel, sparse_resolve_kernel, sparse_union_kernel, sparse_union_prep_kernel
+from . import (
+    sparse_merge_kernel,
+    sparse_resolve_kernel,
+    sparse_union_hash_kernel,
+    sparse_union_kernel,
+    sparse_union_prep_kernel,
+)
 from ._build import build, profile_name
 from .sparse_launch import (
     _DTYPES,
@@ -56,13 +64,16 @@ __all__ = [
     "resolve_physical",
     "union_prep",
     "union_prep_native",
+    "union_prep_hash",
     "prepare_union",
+    "PREP_METHODS",
     "sparse_attention_union",
 ]
 
 RESOLVE_THREADS = 256
 PREP_T_CAP = 2560  # shared-memory slots per row of the prep kernel (R * 2560 * 8 bytes <= 160 KiB at R = 8)
 PREP_THREADS = 512
+HASH_BUCKETS = 2048
 _COUNT16_MAX_T = 2**15 - 1  # a row's count of one token is at most T: int16 counts while T fits
 
 
@@ -79,8 +90,9 @@ class UnionTile:
 
 
 # rows_per_cta -> tile. M = 16 R score rows: R = 4 is one wgmma warpgroup tile (M = 64).
-# R = 4 on the 4096-row prefill with 90% overlap (H200, attention only): BN 64 1748 us,
-# BN 32 1870 us, BN 32 with 256 threads 2830 us.
+# R = 4 on the 4096-row prefill with 90% overlap (H200, attention only, two runs): BN 64
+# 1748 / 1822 us, BN 32 1870 / 1899 us, BN 32 with 256 threads 2830 us, BN 32 with a
+# 2-stage pipeline 1959 us, BN 64 with 2 stages 3198 us (one CTA per SM).
 UNION_TILES: dict[int, UnionTile] = {
     1: UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1),
     2: UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1),
@@ -113,7 +125,8 @@ def union_specializations(
     count_dtypes: tuple[str, ...] = ("int16",),
 ) -> list[tuple[Any, tuple[Any, ...]]]:
     """``(factory, consts)`` of the resolve kernel, the prep kernels and every union kernel for these geometries."""
-    prep = [(sparse_union_prep_kernel.sparse_union_prep_kernel, prep_consts(r)) for r in rows_per_cta]
+    prep = [(sparse_union_hash_kernel.sparse_union_hash_kernel, hash_consts(r)) for r in rows_per_cta]
+    prep += [(sparse_union_prep_kernel.sparse_union_prep_kernel, prep_consts(r)) for r in rows_per_cta]
     union = [
         (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))
         for g in groups for d in dtypes for r in rows_per_cta for w in wide for c in count_dtypes
@@ -124,6 +137,11 @@ def union_specializations(
 def prep_consts(rows_per_cta: int) -> tuple[Any, ...]:
     """Compile-time arguments of ``sparse_union_prep_kernel`` for ``R`` rows per group."""
     return (rows_per_cta, PREP_T_CAP, PREP_THREADS, "int16")
+
+
+def hash_consts(rows_per_cta: int) -> tuple[Any, ...]:
+    """Compile-time arguments of ``sparse_union_hash_kernel`` for ``R`` rows per group."""
+    return (rows_per_cta, PREP_T_CAP, PREP_THREADS, HASH_BUCKETS, "int16")
 
 
 def resolve_physical(plan: SparseAttentionPlan, rows_per_cta: int, unused: int = -1) -> torch.Tensor:
@@ -226,14 +244,43 @@ def union_prep_native(sorted_phys: torch.Tensor, rows_per_cta: int) -> tuple[tor
     return u, nu, counts
 
 
-def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups."""
+def union_prep_hash(phys: torch.Tensor, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`union_prep` by :mod:`.sparse_union_hash_kernel` (``T <= PREP_T_CAP``; no sort).
+
+    Takes the resolve kernel's rows as they are (``[n_groups * R, T]`` int32, -1 unused) and
+    returns ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)``;
+    the union is ordered by (hash bucket, token), and only slots ``u < NU[g]`` are written.
+    """
+    r = rows_per_cta
+    rows_pad, t = phys.shape
+    n_grp, dev = rows_pad // r, phys.device
+    u = torch.empty((n_grp, r * t), dtype=torch.int32, device=dev)
+    counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
+    nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
+    kernel = build(sparse_union_hash_kernel.sparse_union_hash_kernel, profile_name(_dev(phys)), *hash_consts(r))
+    kernel(phys, u, counts, nu)
+    return u, nu, counts
+
+
+PREP_METHODS = ("hash", "sorted", "torch")
+
+
+def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int,
+                  method: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups.
+
+    ``method``: one of ``PREP_METHODS``; None picks "hash" while ``T <= PREP_T_CAP``, else "torch"
+    (the kernels' shared-memory arrays hold ``PREP_T_CAP`` slots per row).
+    """
     key, _, _, page_size = _paged_kv(plan)
-    if _ids(plan).shape[1] <= PREP_T_CAP:
+    if method is None:
+        method = "hash" if _ids(plan).shape[1] <= PREP_T_CAP else "torch"
+    if method == "hash":
+        return union_prep_hash(resolve_physical(plan, rows_per_cta), rows_per_cta)
+    if method == "sorted":
         phys = resolve_physical(plan, rows_per_cta, sparse_union_prep_kernel.SENTINEL)
         return union_prep_native(torch.sort(phys, dim=1).values, rows_per_cta)
-    phys = resolve_physical(plan, rows_per_cta)
-    return union_prep(phys, rows_per_cta, key.shape[0] * page_size)
+    return union_prep(resolve_physical(plan, rows_per_cta), rows_per_cta, key.shape[0] * page_size)
 
 
 def _count_dtype(counts: torch.Tensor) -> str:
@@ -272,7 +319,8 @@ def _nothing_to_read(plan: SparseAttentionPlan) -> bool:
     return _ids(plan).shape[1] == 0 or key.numel() == 0 or table.numel() == 0
 
 
-def sparse_attention_union(plan: SparseAttentionPlan, rows_per_cta: int = 4, tile: UnionTile | None = None) -> None:
+def sparse_attention_union(plan: SparseAttentionPlan, rows_per_cta: int = 4, tile: UnionTile | None = None,
+                           method: str | None = None) -> None:  # fmt: skip
     """Native sparse attention with one K/V gather per group of ``rows_per_cta`` rows.
 
     Parameters
@@ -284,6 +332,8 @@ def sparse_attention_union(plan: SparseAttentionPlan, rows_per_cta: int = 4, til
         Rows per group ``R`` (a key of ``UNION_TILES``).
     tile : UnionTile, optional
         Overrides the tile of ``R`` (benchmark sweeps).
+    method : str, optional
+        Union prep method (:func:`prepare_union`); None = automatic.
     """
     union_tile(rows_per_cta)
     if plan.rows == 0:
@@ -291,4 +341,4 @@ def sparse_attention_union(plan: SparseAttentionPlan, rows_per_cta: int = 4, til
     if _nothing_to_read(plan):
         _write_empty(plan)
         return
-    union_attention(plan, rows_per_cta, *prepare_union(plan, rows_per_cta), tile)
+    union_attention(plan, rows_per_cta, *prepare_union(plan, rows_per_cta, method), tile)
