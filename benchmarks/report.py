@@ -141,7 +141,7 @@ def readme_section(doc: dict[str, Any], plot_paths: list[str]) -> str:
         f"Measured {doc['date']} on {env.get('gpu')} (driver {env.get('driver')}, CUDA {env.get('cuda')}), "
         f"torch {env.get('torch')}, TileLang {env.get('tilelang')}, by `{doc['command']}`. Ceilings measured "
         f"in the same run: copy {c['copy_TBps']:.2f} TB/s (read + write), bf16 GEMM "
-        f"{c['gemm8192_TFLOPs']:.0f} TFLOP/s (8192^3). Medians of CUDA-graph replays, L2 flushed before each.",
+        f"{c['gemm8192_TFLOPs']:.0f} TFLOP/s (8192^3). Medians of CUDA-graph replays, L2 flushed before each (a 256 MB read).",
         "",
         "| op | case | native us | floor us | x floor | eff. TB/s | TFLOP/s | PyTorch us | speedup | FlexAttention us "
         "| speedup |",

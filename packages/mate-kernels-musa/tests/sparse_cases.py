@@ -189,11 +189,15 @@ def random_case(
     width: int | None = None,
     kv: str = "paged",
     views: bool = False,
+    n_req: int | None = None,
+    empty_requests: bool = False,
 ) -> Case:
     """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T.
 
     ``kv="padded"`` gives padded ``[B, S, Hkv, D]`` K/V (with a padded query and
     ``num_splits`` None or 1, the native combination); ``views`` embeds every input (``_embed``).
+    ``n_req`` fixes the request count; ``empty_requests`` (flattened queries only) gives
+    about a third of the requests no rows (repeated ``cu_seqlens_q`` entries).
     """
     page_size = _pick(gen, [16, 32, 64])
     if kv == "padded":
@@ -202,12 +206,16 @@ def random_case(
     query_kind = query_kind or _pick(gen, ["cu", "t2r", "padded"])
     canonical = bool(_randint(gen, 0, 1)) if canonical is None else canonical
     decode = bool(_randint(gen, 0, 1))
-    n_req = int(_randint(gen, 1, 6))
+    n_req = n_req or int(_randint(gen, 1, 6))
     q_cap = 4 if decode else max(1, max_rows // n_req)
     q_lens = [int(x) for x in _randint(gen, 1, q_cap, n_req)]
     while sum(q_lens) > max_rows:
         q_lens[q_lens.index(max(q_lens))] -= 1
     q_lens = [max(q, 1) for q in q_lens]
+    if empty_requests:
+        if query_kind == "padded":
+            raise ValueError("empty_requests needs flattened queries")
+        q_lens = [0 if i % 3 == 1 else q for i, q in enumerate(q_lens)]
     if width is not None:
         pass
     elif canonical:  # 4-token blocks + tail, up to the full 2051 when max_width allows

@@ -36,16 +36,19 @@ def _load_cases():
 cases = _load_cases()
 
 
-def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp):
-    """Python twin of ``_sparse_macros.resolve_row_limit``."""
+def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, parallel=False):
+    """Python twin of ``_sparse_macros.resolve_row_limit`` (``parallel``: ``resolve_row_limit_parallel``)."""
     if mode == row_mode.PADDED:
         req, loc, cnt = r // q_len, r % q_len, q_len
     elif mode == row_mode.CU_SEQLENS:
-        lo, hi = 0, n_req
-        for _ in range(n_iter):
-            mid = (lo + hi) // 2
-            if hi - lo > 1:
-                lo, hi = (mid, hi) if int(CU[mid]) <= r else (lo, mid)
+        if parallel:  # count of b in [1, R) with cu[b] <= r
+            lo = sum(int(CU[b]) <= r for b in range(1, n_req))
+        else:
+            lo, hi = 0, n_req
+            for _ in range(n_iter):
+                mid = (lo + hi) // 2
+                if hi - lo > 1:
+                    lo, hi = (mid, hi) if int(CU[mid]) <= r else (lo, mid)
         req, loc, cnt = lo, r - int(CU[lo]), int(CU[lo + 1]) - int(CU[lo])
     elif mode == row_mode.PER_ROW:
         req, loc, cnt = (int(x) for x in R3[:, r])
@@ -60,7 +63,7 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
     return req, lim
 
 
-def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide):
+def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl=False, eager=False):
     def run(Q, KF, VF, TI, BT, OP, LP, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp,
             pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale):  # fmt: skip
         splits, rows, _hq, dim = OP.shape
@@ -68,7 +71,7 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
         n_blk = -(-n_tok // block_n)
         per = -(-n_blk // splits)
         for r in range(rows):
-            req, lim = _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
+            req, lim = _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, eager)
             for hk in range(hkv):
                 q = Q[r, hk * group : (hk + 1) * group].double()
                 for s in range(splits):
@@ -98,7 +101,7 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
     return run
 
 
-def _emulate_merge(dtype, gate_dtype, threads):
+def _emulate_merge(dtype, gate_dtype, threads, pdl=False):
     def run(OP, LP, GATE, OUT, LSE, has_gate, has_lse):
         mx = LP.max(dim=0).values
         w = torch.where(LP > -math.inf, torch.exp(LP - mx), torch.zeros_like(LP)).double()
@@ -239,3 +242,23 @@ def test_schedule_heuristic() -> None:
     assert choose_schedule(1, 2, 2051, 0, 132).splits == 32  # one row: capped at 64 slots per split
     assert choose_schedule(64, 2, 2051, 7, 132).splits == 7
     assert choose_schedule(1, 2, 20, 0, 132).splits == 1  # too few slots to split
+
+
+@pytest.mark.parametrize("n_req", [1, 2, 7, 130, 300])
+def test_parallel_request_search_matches_binary_search(n_req: int, gen: torch.Generator) -> None:
+    """The eager prologue's count search and the binary search find the same request, empty requests included."""
+    q_lens = torch.randint(0, 4, (n_req,), generator=gen)
+    cu = torch.zeros(n_req + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(q_lens, 0)
+    n_iter = max(1, n_req.bit_length())
+    args = (0, n_iter, n_req, 100, cu, None, None, None, None, 0, 0, 0)
+    for r in range(int(cu[-1]) + 2):  # rows past the last request too
+        serial = _resolve(r, row_mode.CU_SEQLENS, *args)
+        parallel = _resolve(r, row_mode.CU_SEQLENS, *args, parallel=True)
+        assert serial == parallel, (r, cu.tolist())
+
+
+@pytest.mark.parametrize("query_kind", ["cu", "t2r"])
+def test_launcher_many_requests_with_empty_ones(emulated, query_kind: str, gen: torch.Generator) -> None:
+    _check_case(cases.random_case(gen, max_rows=60, max_width=16, n_req=140, empty_requests=True, query_kind=query_kind,
+                                  hq=3, hkv=1))  # fmt: skip

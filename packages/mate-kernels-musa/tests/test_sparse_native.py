@@ -60,6 +60,14 @@ def test_group_sizes(hq: int, hkv: int, gen: torch.Generator) -> None:
         _run_case(cases.random_case(gen, max_rows=32, max_width=200, hq=hq, hkv=hkv))
 
 
+@pytest.mark.parametrize("n_req", [130, 300])
+def test_many_requests_with_empty_ones(n_req: int, gen: torch.Generator) -> None:
+    """More requests than threads per CTA (the cu_seqlens search loops), a third of them with no rows."""
+    for query_kind in ("cu", "t2r"):
+        _run_case(cases.random_case(gen, max_rows=2 * n_req, max_width=64, n_req=n_req, empty_requests=True,
+                                    query_kind=query_kind))  # fmt: skip
+
+
 def test_decode_canonical_width(gen: torch.Generator) -> None:
     """64 decode rows, 2051-slot QSA selections, every split count."""
     for splits in cases.SPLITS:

@@ -5,7 +5,7 @@ No ``from __future__ import annotations`` here: TileLang reads macro annotations
 
 from typing import Any
 
-__all__ = ["row_mode", "resolve_row_limit"]
+__all__ = ["row_mode", "resolve_row_limit", "resolve_row_limit_parallel"]
 
 
 class row_mode:
@@ -17,6 +17,33 @@ class row_mode:
     # selected_kv_indices: every row is request 0 at local index 0 with one row and no
     # length metadata, so ``lim = cap - 1``: ids in [0, cap) are used, no causal filter.
     PHYSICAL = 3
+
+
+def _row_limit() -> Any:
+    """Macro ``limit(r, req, loc, cnt, ...) -> (req, lim)``: the part of row resolution after the request search."""
+    import tilelang.language as T
+
+    @T.macro
+    def limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp):
+        lim = T.alloc_var("int32", init=-1)
+        valid = T.alloc_var("int32", init=0)
+        if req >= 0 and req < n_req and loc >= 0:
+            valid = 1
+        req = T.min(T.max(req, 0), n_req - 1)
+        slq = T.alloc_var("int32", init=cnt)
+        if has_slq != 0:
+            slq = SLQ[req]
+        slk = T.alloc_var("int32", init=cap)
+        if has_slk != 0:
+            slk = SLK[req]
+        pos = T.alloc_var("int32", init=slk - slq + loc)
+        if has_qp != 0:
+            pos = QP[r]
+        if valid != 0 and loc < slq:
+            lim = T.min(pos, T.min(slk, cap) - 1)
+        return req, lim
+
+    return limit
 
 
 def resolve_row_limit() -> Any:
@@ -32,12 +59,13 @@ def resolve_row_limit() -> Any:
     """
     import tilelang.language as T
 
+    limit = _row_limit()
+
     @T.macro
     def resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp):
         req = T.alloc_var("int32", init=0)
         loc = T.alloc_var("int32", init=0)
         cnt = T.alloc_var("int32", init=0)
-        lim = T.alloc_var("int32", init=-1)
         if mode == row_mode.PADDED:
             req = r // q_len
             loc = r % q_len
@@ -62,21 +90,55 @@ def resolve_row_limit() -> Any:
             cnt = R3[2, r]
         else:
             cnt = 1
-        valid = T.alloc_var("int32", init=0)
-        if req >= 0 and req < n_req and loc >= 0:
-            valid = 1
-        req = T.min(T.max(req, 0), n_req - 1)
-        slq = T.alloc_var("int32", init=cnt)
-        if has_slq != 0:
-            slq = SLQ[req]
-        slk = T.alloc_var("int32", init=cap)
-        if has_slk != 0:
-            slk = SLK[req]
-        pos = T.alloc_var("int32", init=slk - slq + loc)
-        if has_qp != 0:
-            pos = QP[r]
-        if valid != 0 and loc < slq:
-            lim = T.min(pos, T.min(slk, cap) - 1)
-        return req, lim
+        return limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp)
+
+    return resolve
+
+
+def resolve_row_limit_parallel(threads: int) -> Any:
+    """:func:`resolve_row_limit` with the ``cu_seqlens_q`` search spread over the CTA's threads.
+
+    The macro takes two more arguments, the thread index ``tx`` and an int32 shared buffer
+    ``red_s`` of ``threads // 32`` elements, and must be reached by every thread (it has a
+    barrier). For non-decreasing ``cu`` the request is ``#{b in [1, R): cu[b] <= r}``: each
+    thread counts a strided share with independent loads, so the search costs one load
+    latency instead of ``log2(R)`` dependent ones.
+    """
+    import tilelang.language as T
+
+    limit = _row_limit()
+    warps = threads // 32
+
+    @T.macro
+    def resolve(r, mode, q_len, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, tx, red_s):
+        req = T.alloc_var("int32", init=0)
+        loc = T.alloc_var("int32", init=0)
+        cnt = T.alloc_var("int32", init=0)
+        if mode == row_mode.PADDED:
+            req = r // q_len
+            loc = r % q_len
+            cnt = q_len
+        elif mode == row_mode.CU_SEQLENS:
+            below = T.alloc_var("int32", init=0)
+            for i in T.serial(T.ceildiv(n_req, threads)):
+                if 1 + i * threads + tx < n_req:
+                    if CU[1 + i * threads + tx] <= r:
+                        below = below + 1
+            below = T.warp_reduce_sum(below)
+            if tx % 32 == 0:
+                red_s[tx // 32] = below
+            T.sync_threads()
+            req = red_s[0]
+            for w in T.unroll(1, warps):
+                req = req + red_s[w]
+            loc = r - CU[req]
+            cnt = CU[req + 1] - CU[req]
+        elif mode == row_mode.PER_ROW:
+            req = R3[0, r]
+            loc = R3[1, r]
+            cnt = R3[2, r]
+        else:
+            cnt = 1
+        return limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp)
 
     return resolve

@@ -98,7 +98,7 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
 def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False) -> tuple[Any, ...]:
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
-    return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide)
+    return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager)
 
 
 def specializations(
@@ -116,9 +116,11 @@ def specializations(
         (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w))
         for g in groups for d in dtypes for name in tiles for w in wide
     ]  # fmt: skip
+    pdl = sorted({(TILES.get(name) or CANDIDATES[name]).pdl for name in tiles})
     merge = [
-        (sparse_merge_kernel.sparse_merge_kernel, (d, gd, MERGE_THREADS)) for d in dtypes for gd in ("float32", d)
-    ]
+        (sparse_merge_kernel.sparse_merge_kernel, (d, gd, MERGE_THREADS, p))
+        for d in dtypes for gd in ("float32", d) for p in pdl
+    ]  # fmt: skip
     return paged + merge
 
 
@@ -228,7 +230,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     dtype = _DTYPES[q.dtype]
     main = build(sparse_paged_kernel.sparse_paged_kernel, profile, *paged_consts(hq // hkv, dtype, tile.name, wide))
     gate, has_gate, gate_dtype = _gate_view(plan)
-    merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
+    merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
 
     part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
     part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)

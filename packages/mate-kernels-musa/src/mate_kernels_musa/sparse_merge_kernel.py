@@ -17,10 +17,12 @@ from typing import Any
 
 from .sparse_paged_kernel import DIM
 
-__all__ = ["sparse_merge_kernel"]
+__all__ = ["sparse_merge_kernel", "UNROLL"]
+
+UNROLL = 8  # partial loads in flight per thread and step
 
 
-def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
+def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int, pdl: bool = False) -> Any:
     """Build the merge prim_func.
 
     Parameters
@@ -30,7 +32,10 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
     gate_dtype : str
         Gate dtype ("float32" or ``dtype``); irrelevant when the call has no gate.
     threads : int
-        Threads per CTA; ``DIM`` must be a multiple of it.
+        Threads per CTA, with ``DIM % threads == 0`` and ``threads % UNROLL == 0``.
+    pdl : bool
+        Wait on the paged kernel with a programmatic dependent launch (``griddepcontrol.wait``)
+        instead of a full stream serialization, so this launch overlaps the paged kernel's tail.
 
     Kernel arguments
     ----------------
@@ -44,6 +49,7 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
 
     D = DIM
     V = D // threads
+    W = threads // 32
     acc = "float32"
     splits, rows, hq = T.dynamic("splits, rows, hq")
     sg = T.dynamic("sg0, sg1, sg2", "int64")
@@ -62,24 +68,53 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
     ):
         with T.Kernel(rows, hq, threads=threads) as (r, h):
             tx = T.get_thread_binding()
+            w_s = T.alloc_shared([threads], acc, scope="shared")
+            red_s = T.alloc_shared([W], acc, scope="shared")
             o = T.alloc_local([V], acc)
+            gate = T.alloc_local([V], acc)
             mx = T.alloc_var(acc, init=-T.infinity(acc))
             den = T.alloc_var(acc, init=0)
-            for s in T.serial(splits):
-                mx = T.max(mx, LP[s, r, h])
+            # The gate is an input of the call, not of the paged kernel: its load may run
+            # before the wait (and overlap the paged kernel's tail under PDL).
+            for i in T.serial(V):
+                gate[i] = 1
+                if has_gate != 0:
+                    gate[i] = 1 / (1 + T.exp(-T.cast(GATE[r, h, tx * V + i], acc)))
+            if pdl:
+                T.pdl_sync()
+            # Splits are spread over the threads (one load each, all in flight at once), not
+            # walked by every thread: a serial walk pays one load latency per split.
+            for c in T.serial(T.ceildiv(splits, threads)):
+                if c * threads + tx < splits:
+                    mx = T.max(mx, LP[c * threads + tx, r, h])
+            mx = T.warp_reduce_max(mx)
+            if tx % 32 == 0:
+                red_s[tx // 32] = mx
+            T.sync_threads()
+            mx = red_s[0]
+            for w in T.unroll(1, W):
+                mx = T.max(mx, red_s[w])
             for i in T.vectorized(V):
                 o[i] = 0
-            for s in T.serial(splits):
+            for c in T.serial(T.ceildiv(splits, threads)):
                 # mx = -inf means every split is empty: w stays 0 (never exp(-inf + inf)).
-                w = T.if_then_else(LP[s, r, h] > -T.infinity(acc), T.exp(LP[s, r, h] - mx), 0)
-                den = den + w
-                for i in T.vectorized(V):
-                    o[i] = o[i] + w * OP[s, r, h, tx * V + i]
+                w_s[tx] = 0
+                if c * threads + tx < splits:
+                    if LP[c * threads + tx, r, h] > -T.infinity(acc):
+                        w_s[tx] = T.exp(LP[c * threads + tx, r, h] - mx)
+                T.sync_threads()
+                # UNROLL independent partial loads in flight per step; slots past the last split
+                # have weight 0 and read the last split (finite), so no guard is needed.
+                for j in T.serial(T.ceildiv(T.min(threads, splits - c * threads), UNROLL)):
+                    for u in T.unroll(UNROLL):
+                        den = den + w_s[j * UNROLL + u]
+                        for i in T.vectorized(V):
+                            o[i] = o[i] + w_s[j * UNROLL + u] * OP[
+                                T.min(c * threads + j * UNROLL + u, splits - 1), r, h, tx * V + i
+                            ]
+                T.sync_threads()
             for i in T.serial(V):
-                g = T.alloc_var(acc, init=1)
-                if has_gate != 0:
-                    g = 1 / (1 + T.exp(-T.cast(GATE[r, h, tx * V + i], acc)))
-                OUT[r, h, tx * V + i] = T.cast(T.if_then_else(den > 0, o[i] / den * g, 0), dtype)
+                OUT[r, h, tx * V + i] = T.cast(T.if_then_else(den > 0, o[i] / den * gate[i], 0), dtype)
             if has_lse != 0 and tx == 0:
                 LSE[r, h] = T.if_then_else(den > 0, mx + T.log(den), -T.infinity(acc))
 

@@ -28,7 +28,7 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import resolve_row_limit
+from ._sparse_macros import resolve_row_limit, resolve_row_limit_parallel
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
@@ -48,6 +48,8 @@ def sparse_paged_kernel(
     num_stages: int,
     min_blocks: int,
     wide: bool,
+    pdl: bool = False,
+    eager: bool = False,
 ) -> Any:
     """Build the prim_func of one specialization.
 
@@ -69,6 +71,13 @@ def sparse_paged_kernel(
         ``__launch_bounds__`` minimum CTAs per SM (caps registers; 1 = no cap).
     wide : bool
         int64 K/V offsets (K or V views spanning >= 2^31 16-byte rows); else int32.
+    pdl : bool
+        Programmatic dependent launch: let the merge kernel launch (and wait) while this
+        one still runs.
+    eager : bool
+        Shorten the dependent-load chain before the first gather: the first chunk's token
+        ids are loaded before the row's request is resolved, and the ``cu_seqlens_q``
+        search is one parallel count instead of a binary search.
 
     Kernel arguments
     ----------------
@@ -91,6 +100,8 @@ def sparse_paged_kernel(
     acc = "float32"
     off_t = "int64" if wide else "int32"
     resolve = resolve_row_limit()
+    resolve_par = resolve_row_limit_parallel(threads)
+    PT = CH // threads  # slots each thread resolves per chunk (eager path)
 
     rows, hq, n_tok, n_req, max_pages, splits, nk, nv = T.dynamic(
         "rows, hq, n_tok, n_req, max_pages, splits, nk, nv"
@@ -100,6 +111,16 @@ def sparse_paged_kernel(
     st = T.dynamic("st0, st1", "int64")
     sb = T.dynamic("sb0, sb1", "int64")
     s_cu, s_slq, s_slk, s_qp = T.dynamic("s_cu, s_slq, s_slk, s_qp", "int64")
+
+    @T.macro
+    def put_slot(j, t, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
+        # Slot j holds token t: its K/V row offsets, or one past the end when it is not used.
+        used = (t >= 0) & (t <= lim)
+        pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
+        good = used & (pg >= 0) & (pg < pages)
+        sl = T.max(t, 0) % page_size
+        koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
+        voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
 
     @T.prim_func
     def main(
@@ -136,6 +157,10 @@ def sparse_paged_kernel(
         with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
+            if pdl:
+                # Trigger only (no griddepcontrol.wait here: that would also drop the
+                # __restrict__ read-only loads); the merge waits for this grid's completion.
+                T.pdl_trigger()
             q_s = T.alloc_shared([H, D], dtype)
             k_s = T.alloc_shared([BN, D], dtype)
             v_s = T.alloc_shared([BN, D], dtype)
@@ -152,7 +177,6 @@ def sparse_paged_kernel(
             l_blk = T.alloc_fragment([H], acc)
             alpha = T.alloc_fragment([H], acc)
 
-            req, lim = resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
             # This split's share of the row's BN-slot blocks: [blk0, blk1).
             n_blk = T.ceildiv(n_tok, BN)
             per = T.ceildiv(n_blk, splits)
@@ -161,6 +185,20 @@ def sparse_paged_kernel(
             tok1 = T.alloc_var("int32", init=T.min(n_tok, blk1 * BN))
             k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
             v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
+            if eager:
+                tx = T.get_thread_binding()
+                red_s = T.alloc_shared([threads // 32], "int32", scope="shared")
+                t_reg = T.alloc_local([PT], "int32")
+                # Token ids do not depend on the request: their loads overlap its resolution.
+                for k in T.unroll(PT):
+                    t_reg[k] = T.if_then_else(
+                        blk0 * BN + k * threads + tx < tok1, TI[r, T.min(blk0 * BN + k * threads + tx, n_tok - 1)], -1
+                    )
+                req, lim = resolve_par(
+                    r, mode, q_len, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, tx, red_s
+                )
+            else:
+                req, lim = resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
             sl2 = scale * LOG2E
 
             for g, d in T.Parallel(H, D):
@@ -171,15 +209,21 @@ def sparse_paged_kernel(
 
             for c in T.serial(T.ceildiv(T.max(blk1 - blk0, 0), chunk_blocks)):
                 cb = blk0 + c * chunk_blocks
-                for j in T.Parallel(CH):
-                    tok = cb * BN + j
-                    t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
-                    used = (t >= 0) & (t <= lim)
-                    pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
-                    good = used & (pg >= 0) & (pg < pages)
-                    sl = T.max(t, 0) % page_size
-                    koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
-                    voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+                if eager:
+                    if c > 0:
+                        for k in T.unroll(PT):
+                            t_reg[k] = T.if_then_else(
+                                cb * BN + k * threads + tx < tok1, TI[r, T.min(cb * BN + k * threads + tx, n_tok - 1)], -1
+                            )
+                    for k in T.unroll(PT):
+                        put_slot(k * threads + tx, t_reg[k], lim, req, hk, BT, pages, page_size,
+                                 kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
+                else:
+                    for j in T.Parallel(CH):
+                        tok = cb * BN + j
+                        t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
+                        put_slot(j, t, lim, req, hk, BT, pages, page_size,
+                                 kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
 
                 for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
                     for j, d in T.Parallel(BN, D):

@@ -3,10 +3,24 @@
 A schedule is a compile-time tile of :mod:`.sparse_paged_kernel` plus the runtime split
 count. The production tile ``W4`` is 4 warps on a 16 x 32 score tile (mma m16n8k16,
 Q heads padded 12 -> 16 in shared memory), 512 slots resolved per chunk, launch bounds
-capping registers for 4 CTAs per SM. Two alternatives were measured and lost on every
-issue-4 shape (H200, ``benchmarks/bench_sparse.py`` sweep, 2026-11-29): ``W2`` (2 warps:
-decode 64 x 1 120 vs 102 us, prefill 3614 vs 3249 us) and ``N64`` (64-slot tiles, 2 CTAs
-per SM: 108 vs 102 us, 3877 vs 3249 us); they stay in ``CANDIDATES`` for the sweep only.
+capping registers for 4 CTAs per SM, the ``eager`` prologue (first token ids loaded
+before the request search, a parallel ``cu_seqlens_q`` search) and PDL (the merge kernel
+launches while the paged kernel runs and waits on it with ``griddepcontrol.wait``).
+
+Alternatives, measured on the issue-4 shapes (H200, ``benchmarks/bench_sparse.py`` and the
+probes behind the tables below, 2026-11-29, us):
+
+=====================  =====  =====  =====  =====  =====
+tile                     W4    W2    N64  W4_LAZY  W4_C32
+=====================  =====  =====  =====  =====  =====
+decode 64 x 1 (4 spl)    98.8   120    108   102.5    98.6
+decode 64 x 4 (1 spl)   298.3          301   306.1   301.9
+prefill 4096, overlap    3257  3614   3877    3361    3251
+=====================  =====  =====  =====  =====  =====
+
+(write-flushed L2; W2/N64 from an earlier run of the lazy prologue.) ``W4_LAZY`` is W4
+without the eager prologue and PDL (the previous production tile); ``W4_C32`` resolves
+1024 slots per chunk (one chunk per decode split), which gained nothing measurable.
 
 Heuristic for ``num_splits=None`` (plan value 0), with ``work = rows * Hkv`` (CTAs of
 one split) and ``sms`` the device's multiprocessor count:
@@ -18,8 +32,8 @@ one split) and ``sms`` the device's multiprocessor count:
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
   partial dominates).
 
-Measured (us, W4 tile, 2051-slot selections, median of CUDA-graph replays; prefill
-columns 3..8 from a first run of the same kernel):
+Measured with the then-production W4_LAZY tile (us, 2051-slot selections, median of
+CUDA-graph replays after a write flush; prefill columns 3..8 from a first run):
 
 =====================  =====  =====  =====  =====  =====  =====
 splits                     1      2      3      4      6      8
@@ -46,8 +60,13 @@ splits                     2      4      8     16     32     64
 =====================  =====  =====  =====  =====  =====  =====
 
 Even at 64 splits of one 32-slot step each, one row costs ~30 us against a ~1 us memory
-floor: the per-call fixed cost (slot resolution, the merge launch) is what small batches
-pay, not bandwidth. With 3 target waves and 64 slots per split the rule picks 32 splits
+floor: the per-call fixed cost (launch, the dependent metadata loads before the first
+gather, the merge) is what small batches pay, not bandwidth. Width probe (64 x 1, 4
+splits, W4): 32 slots per row take 27.8 us after a write flush, 26.6 after a read flush
+and 19.3 with warm caches; from 1024 to 2051 slots the time grows at ~4.0 TB/s, i.e. the
+gather itself runs near the copy ceiling and the fixed cost is what separates 64 x 1
+from its floor. With W4, 1 x 1 takes 27.0 us, 8 x 1 35.8, 16 x 1 47.3, 32 x 1 66.0 at
+the rule's split counts. With 3 target waves and 64 slots per split the rule picks 32 splits
 for 1 x 1 (was 8: 39 us), 25 for 8 x 1, 13 for 16 x 1, 7 for 32 x 1, 4 for 64 x 1 (was 3:
 102-110 us), 1 for 64 x 4 (work 512 < 4 * 132) and 1 for prefill. A positive
 ``num_splits`` is used as given (1 = no SplitKV).
@@ -57,7 +76,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Tile", "Schedule", "W4", "W2", "N64", "TILES", "CANDIDATES", "choose_schedule"]
+__all__ = ["Tile", "Schedule", "W4", "W2", "N64", "W4_LAZY", "W4_C32", "TILES", "CANDIDATES", "choose_schedule"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,8 @@ class Tile:
     chunk_blocks: int
     num_stages: int
     min_blocks: int
+    pdl: bool = False  # programmatic dependent launch of the merge kernel
+    eager: bool = False  # token ids loaded before the request search; parallel cu_seqlens search
 
 
 @dataclass(frozen=True)
@@ -78,11 +99,13 @@ class Schedule:
     splits: int
 
 
-W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)
-W2 = Tile("w2", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4)
-N64 = Tile("n64", block_n=64, threads=128, chunk_blocks=8, num_stages=1, min_blocks=2)
+W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
+W2 = Tile("w2", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
+N64 = Tile("n64", block_n=64, threads=128, chunk_blocks=8, num_stages=1, min_blocks=2, pdl=True, eager=True)
+W4_LAZY = Tile("w4-lazy", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)
+W4_C32 = Tile("w4-c32", block_n=32, threads=128, chunk_blocks=32, num_stages=1, min_blocks=4, pdl=True, eager=True)
 TILES = {t.name: t for t in (W4,)}  # what the launcher uses (and CI compiles)
-CANDIDATES = {t.name: t for t in (W2, N64)}  # measured alternatives (benchmark sweep only)
+CANDIDATES = {t.name: t for t in (W2, N64, W4_LAZY, W4_C32)}  # measured alternatives (benchmark sweep only)
 
 PREFILL_MIN_WAVES = 4
 DECODE_TARGET_WAVES = 3
