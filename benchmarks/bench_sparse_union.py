@@ -12,7 +12,7 @@ Cases ``prefill_overlap`` and ``prefill_uniform`` from :func:`benchmarks.bench_s
 
 Per case, ``prep``: the prep methods timed alone for R = 4 (``resolve_us``: the resolve
 kernel; ``sort_us``: resolve + ``torch.sort`` of the rows; ``hash_us`` / ``sorted_us`` /
-``torch_us``: resolve + the whole prep of each method). Beside them: today's path (``sparse_launch.sparse_attention``), the no-reuse floor
+``torch_us``: resolve + the whole prep of each method; ``fused_us``: the one-kernel prep). Beside them: today's path (``sparse_launch.sparse_attention``), the no-reuse floor
 (``bench_sparse._floor_us`` at the copy rate measured in the same run) and the targets
 (0.45x / 0.6x of the floor). Every variant's output and LSE are checked against the
 plain-PyTorch path before timing (``benchmarks.checks.check_agreement``). Timing: CUDA-graph
@@ -36,28 +36,30 @@ from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
 CASES = ("prefill_overlap", "prefill_uniform")
 
 
-def _variants(rows_per_cta: tuple[int, ...]) -> list[tuple[int, Any]]:
-    """``(R, tile)`` pairs: each R's default tile plus the alternatives measured for R = 4."""
+def _variants(rows_per_cta: tuple[int, ...]) -> list[tuple[int, Any, str | None]]:
+    """``(R, tile, prep method)``: each R's default tile and prep, plus the alternatives measured for R = 4."""
     from mate_kernels_musa.sparse_union import UnionTile, union_tile
 
-    out: list[tuple[int, Any]] = [(r, union_tile(r)) for r in rows_per_cta]
+    out: list[tuple[int, Any, str | None]] = [(r, union_tile(r), None) for r in rows_per_cta]
     if 4 in rows_per_cta:
-        out += [(4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1)),
-                (4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=3)),
-                (4, UnionTile(block_n=64, threads=128, chunk_blocks=8, min_blocks=1))]  # fmt: skip
+        out += [(4, union_tile(4), "fused"),
+                (4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1), None),
+                (4, UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=3), None)]  # fmt: skip
     return out
 
 
-def _tile_name(r: int, tile: Any) -> str:
-    return f"R{r}/bn{tile.block_n}/t{tile.threads}/cb{tile.chunk_blocks}/mb{tile.min_blocks}/s{tile.num_stages}"
+def _tile_name(r: int, tile: Any, method: str | None = None) -> str:
+    name = f"R{r}/bn{tile.block_n}/t{tile.threads}/cb{tile.chunk_blocks}/mb{tile.min_blocks}/s{tile.num_stages}"
+    return name + (f"/{method}" if method else "")
 
 
-def bench_variant(plan, r: int, tile, ref: tuple[torch.Tensor, torch.Tensor], reps: int) -> dict[str, Any]:
-    """Check, then time one ``(R, tile)`` (whole call, prep alone, attention alone)."""
+def bench_variant(plan, r: int, tile, method: str | None, ref: tuple[torch.Tensor, torch.Tensor],
+                  reps: int) -> dict[str, Any]:  # fmt: skip
+    """Check, then time one ``(R, tile, prep method)`` (whole call, prep alone, attention alone)."""
     from mate_kernels_musa.sparse_union import prepare_union, union_attention
 
     def prep():
-        return prepare_union(plan, r)
+        return prepare_union(plan, r, method)
 
     def whole():
         union_attention(plan, r, *prep(), tile)
@@ -65,7 +67,7 @@ def bench_variant(plan, r: int, tile, ref: tuple[torch.Tensor, torch.Tensor], re
     plan.out.fill_(float("nan"))
     plan.lse.fill_(float("nan"))
     whole()
-    name = _tile_name(r, tile)
+    name = _tile_name(r, tile, method)
     err = check_agreement(name, plan.out, ref[0])
     lse_err = check_agreement(name + " lse", plan.lse, ref[1])
     u, nu, counts = prep()
@@ -86,7 +88,7 @@ def bench_variant(plan, r: int, tile, ref: tuple[torch.Tensor, torch.Tensor], re
     }
 
 
-def bench_prep(plan, r: int, reps: int) -> dict[str, float]:
+def bench_prep(plan, r: int, reps: int) -> dict[str, Any]:
     """Prep cost by method and step (resolve, sort) for ``R = r``."""
     from mate_kernels_musa.sparse_union import prepare_union, resolve_physical
 
@@ -96,8 +98,15 @@ def bench_prep(plan, r: int, reps: int) -> dict[str, float]:
         "hash_us": lambda: prepare_union(plan, r, "hash"),
         "sorted_us": lambda: prepare_union(plan, r, "sorted"),
         "torch_us": lambda: prepare_union(plan, r, "torch"),
+        "fused_us": lambda: prepare_union(plan, r, "fused"),
     }
-    return {k: time_cuda_graph(fn, reps=reps)["median_us"] for k, fn in steps.items()}
+    out: dict[str, Any] = {}
+    for k, fn in steps.items():
+        try:
+            out[k] = time_cuda_graph(fn, reps=reps)["median_us"]
+        except Exception as exc:  # an opt-in method failing must not hide the others
+            out[k] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return out
 
 
 def bench_case(name: str, ceil: dict[str, float], rows_per_cta: tuple[int, ...], reps: int) -> dict[str, Any]:
@@ -121,13 +130,13 @@ def bench_case(name: str, ceil: dict[str, float], rows_per_cta: tuple[int, ...],
     }
     row["prep"] = bench_prep(plan, 4, reps)
     print(json.dumps(row["prep"]), flush=True)
-    for r, tile in _variants(rows_per_cta):
+    for r, tile, method in _variants(rows_per_cta):
         try:
-            v = bench_variant(plan, r, tile, ref, reps)
+            v = bench_variant(plan, r, tile, method, ref, reps)
             v["ratio_to_floor"] = v["total_us"] / floor
             v["vs_today"] = v["total_us"] / row["today_us"]
         except Exception as exc:  # one failing variant must not hide the others
-            v = {"variant": _tile_name(r, tile), "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+            v = {"variant": _tile_name(r, tile, method), "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
         row["variants"].append(v)
         print(json.dumps(v), flush=True)
     return row
@@ -141,7 +150,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
             continue
         lines.append(f"{res['name']}: today {res['today_us']:.0f} us, floor {res['floor_us']:.0f} us, "
                      f"target {res['target_us']:.0f} us")  # fmt: skip
-        lines.append("  prep R=4: " + ", ".join(f"{k} {v:.0f}" for k, v in res["prep"].items()))
+        lines.append("  prep R=4: " + ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}"
+                                               for k, v in res["prep"].items()))  # fmt: skip
         for v in res["variants"]:
             if "error" in v:
                 lines.append(f"  {v['variant']}: ERROR {v['error']}")

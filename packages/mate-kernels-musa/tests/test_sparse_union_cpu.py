@@ -93,9 +93,11 @@ def _union_only(specs):
 
 
 def _compile_specs():
+    """Resolve, the three prep kernels and the union kernel at R = 4; the union kernel at R = 2/5/8, FP16, wide."""
     from mate_kernels_musa.sparse_union import union_specializations
 
-    specs = union_specializations(rows_per_cta=(2, 4, 5, 8), dtypes=("bfloat16",))
+    specs = union_specializations(rows_per_cta=(4,), dtypes=("bfloat16",))
+    specs += _union_only(union_specializations(rows_per_cta=(2, 5, 8), dtypes=("bfloat16",)))
     specs += _union_only(union_specializations(dtypes=("float16",)))
     specs += _union_only(union_specializations(dtypes=("bfloat16",), wide=(True,), count_dtypes=("int32",)))
     return specs

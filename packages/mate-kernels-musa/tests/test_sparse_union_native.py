@@ -154,7 +154,24 @@ def test_prep_kernels_match_torch_prep(r: int, gen: torch.Generator) -> None:
         assert torch.equal(u2[live], u3[live]) and torch.equal(c2[live_c], c3[live_c]), "hash order not deterministic"
 
 
-@pytest.mark.parametrize("method", ["sorted", "torch"])
+@pytest.mark.parametrize("r", ROWS_PER_CTA)
+def test_fused_prep_matches_hash_prep(r: int, gen: torch.Generator) -> None:
+    """The fused resolve+prep kernel gives the hash prep's union, order and counts (random metadata kinds)."""
+    from mate_kernels_musa.sparse_union import prepare_union
+
+    for _ in range(3):
+        case = cases.random_case(gen, max_rows=64, max_width=300).to("cuda")
+        native, _ = checks.plans(case)
+        u0, nu0, c0 = prepare_union(native, r, "hash")
+        u1, nu1, c1 = prepare_union(native, r, "fused")
+        assert torch.equal(nu0, nu1), case.notes
+        live = torch.arange(u0.shape[1], device="cuda")[None, :] < nu0[:, None]
+        assert torch.equal(u0[live], u1[live]), case.notes
+        live = live[:, None, :].expand(-1, r, -1)
+        assert torch.equal(c0[live], c1[live]), case.notes
+
+
+@pytest.mark.parametrize("method", ["sorted", "torch", "fused"])
 def test_other_prep_methods(method: str, gen: torch.Generator) -> None:
     """The attention results through the non-default prep methods."""
     from mate_kernels_musa.sparse_union import sparse_attention_union

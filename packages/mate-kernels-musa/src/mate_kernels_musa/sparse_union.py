@@ -14,13 +14,24 @@
    memory, no sort; ``"sorted"``: ``torch.sort`` of each row, then
    :mod:`.sparse_union_prep_kernel` (binary searches; ~1.1 ms for R = 4 on the 4096-row
    prefill shape); ``"torch"`` (any ``T``): :func:`union_prep`, torch ops only (a segmented
-   sort of the group's ``R * T`` keys ``phys * R + row``; ~1.8 ms there).
+   sort of the group's ``R * T`` keys ``phys * R + row``; ~1.8 ms there); ``"fused"``:
+   steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`), compiled here but not yet
+   run on a GPU (opt-in until its tests pass).
 3. :mod:`.sparse_union_kernel`, one CTA per (group, KV head), gathers each union token
    once for the ``R`` rows and writes FP32 partials + LSE in the paged kernel's format.
 4. :mod:`.sparse_merge_kernel` (one split) applies the gate and writes the caller's views.
 
 Groups are consecutive rows whatever their requests: the union is over physical rows, so
 a group may straddle requests (and padded rows).
+
+Measured on the H200 (``benchmarks/bench_sparse_union.py``, 4096-row prefill, 2051 slots,
+CUDA-graph medians; JSON in ``benchmarks/bench_sparse_union.h200.json``): with ~90%
+neighbour overlap the union of 4 rows holds 0.32 of their 8204 slots and R = 4 takes
+2858 us (prep 1027 + attention 1821) against 3263 us for ``sparse_launch`` and a 4077 us
+no-reuse floor (target 1835 us: not met; the attention alone is at it, the prep is not:
+resolve 130 us, hash prep ~900 us). With uniform random blocks the union is 0.98 of R T,
+each gathered token feeds R rows of MMA and R = 4 takes 5207 us (1.47x ``sparse_launch``):
+the union path only pays off when rows overlap.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from mate_core.plans import SparseAttentionPlan
 from . import (
     sparse_merge_kernel,
     sparse_resolve_kernel,
+    sparse_union_fused_kernel,
     sparse_union_hash_kernel,
     sparse_union_kernel,
     sparse_union_prep_kernel,
@@ -65,6 +77,7 @@ __all__ = [
     "union_prep",
     "union_prep_native",
     "union_prep_hash",
+    "union_prep_fused",
     "prepare_union",
     "PREP_METHODS",
     "sparse_attention_union",
@@ -89,12 +102,13 @@ class UnionTile:
     packed: bool = False  # rows at tile stride = GQA group instead of 16 (R = 5 x 12 heads in 64 rows)
 
 
-# rows_per_cta -> tile. M = 16 R score rows: R = 4 is one wgmma warpgroup tile (M = 64).
-# R = 4 on the 4096-row prefill with 90% overlap (H200, attention only, two runs): BN 64
-# 1748 / 1822 us, BN 32 1870 / 1899 us, BN 32 with 256 threads 2830 us, BN 32 with a
-# 2-stage pipeline 1959 us, BN 64 with 2 stages 3198 us (one CTA per SM).
+# rows_per_cta -> tile. M = 16 R score rows: R = 4 is one wgmma warpgroup tile (M = 64); R = 5
+# packs 5 rows x 12 heads into 64 rows. Attention alone (union kernel + merge), 4096-row prefill
+# with 90% neighbour overlap, H200 (benchmarks/bench_sparse_union.h200.json and two earlier runs):
+# R = 4 BN 64: 1748 / 1822 / 1821 us; BN 32: 1870 / 1899 / 1917 us; BN 32 capped at 3 CTAs/SM:
+# 1852 us; BN 32 with 256 threads: 2830 us; BN 32 2-stage: 1959 us; BN 64 2-stage: 3198 us;
+# BN 64 with 8-tile chunks: 3022 us. R = 2: 3176 us, R = 5: 2073 us, R = 8 (256 threads): 3186 us.
 UNION_TILES: dict[int, UnionTile] = {
-    1: UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1),
     2: UnionTile(block_n=32, threads=128, chunk_blocks=8, min_blocks=1),
     4: UnionTile(block_n=64, threads=128, chunk_blocks=4, min_blocks=1),
     5: UnionTile(block_n=64, threads=128, chunk_blocks=4, min_blocks=1, packed=True),
@@ -126,6 +140,7 @@ def union_specializations(
 ) -> list[tuple[Any, tuple[Any, ...]]]:
     """``(factory, consts)`` of the resolve kernel, the prep kernels and every union kernel for these geometries."""
     prep = [(sparse_union_hash_kernel.sparse_union_hash_kernel, hash_consts(r)) for r in rows_per_cta]
+    prep += [(sparse_union_fused_kernel.sparse_union_fused_kernel, hash_consts(r)) for r in rows_per_cta]
     prep += [(sparse_union_prep_kernel.sparse_union_prep_kernel, prep_consts(r)) for r in rows_per_cta]
     union = [
         (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))
@@ -140,7 +155,7 @@ def prep_consts(rows_per_cta: int) -> tuple[Any, ...]:
 
 
 def hash_consts(rows_per_cta: int) -> tuple[Any, ...]:
-    """Compile-time arguments of ``sparse_union_hash_kernel`` for ``R`` rows per group."""
+    """Compile-time arguments of ``sparse_union_hash_kernel`` (and the fused kernel) for ``R`` rows per group."""
     return (rows_per_cta, PREP_T_CAP, PREP_THREADS, HASH_BUCKETS, "int16")
 
 
@@ -262,7 +277,23 @@ def union_prep_hash(phys: torch.Tensor, rows_per_cta: int) -> tuple[torch.Tensor
     return u, nu, counts
 
 
-PREP_METHODS = ("hash", "sorted", "torch")
+def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`); same outputs as ``union_prep_hash``."""
+    r = rows_per_cta
+    key, _, table, page_size = _paged_kv(plan)
+    ids = _ids(plan)
+    rows, t = ids.shape
+    n_grp, dev = -(-rows // r), ids.device
+    u = torch.empty((n_grp, r * t), dtype=torch.int32, device=dev)
+    counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
+    nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
+    kernel = build(sparse_union_fused_kernel.sparse_union_fused_kernel, profile_name(_dev(plan.query)),
+                   *hash_consts(r))  # fmt: skip
+    kernel(ids, table, u, counts, nu, *_row_args(plan, table.shape[1] * page_size), key.shape[0], page_size)
+    return u, nu, counts
+
+
+PREP_METHODS = ("hash", "sorted", "torch", "fused")
 
 
 def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int,
@@ -273,10 +304,17 @@ def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int,
     (the kernels' shared-memory arrays hold ``PREP_T_CAP`` slots per row).
     """
     key, _, _, page_size = _paged_kv(plan)
+    width = _ids(plan).shape[1]
     if method is None:
-        method = "hash" if _ids(plan).shape[1] <= PREP_T_CAP else "torch"
+        method = "hash" if width <= PREP_T_CAP else "torch"
+    if method not in PREP_METHODS:
+        raise ValueError(f"method must be one of {PREP_METHODS} or None, got {method!r}")
+    if method != "torch" and width > PREP_T_CAP:
+        raise ValueError(f"method={method!r} holds at most PREP_T_CAP={PREP_T_CAP} slots per row, got {width}")
     if method == "hash":
         return union_prep_hash(resolve_physical(plan, rows_per_cta), rows_per_cta)
+    if method == "fused":
+        return union_prep_fused(plan, rows_per_cta)
     if method == "sorted":
         phys = resolve_physical(plan, rows_per_cta, sparse_union_prep_kernel.SENTINEL)
         return union_prep_native(torch.sort(phys, dim=1).values, rows_per_cta)

@@ -1,0 +1,196 @@
+"""Slot resolution + hash-bucket union of a row group in one kernel (the ``"fused"`` union prep).
+
+Same result as the resolve kernel followed by :mod:`.sparse_union_hash_kernel` (the union
+ordered by ``(bucket, token)``, counts per row, only slots ``u < NU[g]`` written), without
+the ``[rows, T]`` physical-row tensor in between and without integer divisions by ``T``
+in the per-entry work: the CTA resolves its ``R`` rows' limits once (threads ``0..R-1``,
+:func:`._sparse_macros.resolve_row_limit`), each thread keeps the physical rows of its
+slots in local memory between the count and scatter passes, and every bucket entry
+carries its row index (``int8``) next to its tie-break key ``i * t_cap + p``.
+
+Written after the last H200 run of its session: the profile of the two-kernel path
+(resolve 130 us + hash kernel ~900 us at R = 4 on the 4096-row prefill) pointed at
+integer index arithmetic, not memory. Verified only by the tests in
+``test_sparse_union_native.py`` that name ``"fused"``; not the default until they pass.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+from typing import Any
+
+from ._sparse_macros import resolve_row_limit
+
+__all__ = ["sparse_union_fused_kernel"]
+
+
+def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, buckets: int, count_dtype: str) -> Any:
+    """Build the prim_func (parameters as :func:`.sparse_union_hash_kernel.sparse_union_hash_kernel`).
+
+    Kernel arguments
+    ----------------
+    TI [rows, T] int32 token ids (runtime strides, ``T <= t_cap``); BT [R, max_pages] int32
+    block table; U [n_groups, W] int32, C [n_groups, R, W] count_dtype, NU [n_groups] int32
+    outputs (``n_groups = ceil(rows / R)``, ``W >= R * T``); CU, R3, SLQ, SLK, QP and the
+    scalars mode, q_len, n_iter, cap, has_slq, has_slk, has_qp: the row metadata of
+    ``sparse_paged_kernel``; pages, page_size.
+    """
+    import tilelang.language as T
+
+    R = rows_per_cta
+    TC = t_cap
+    NMAX = R * TC
+    NB = buckets
+    log_nb = NB.bit_length() - 1
+    NBR = threads // 32  # the bucket scans run as NBR rows of NBC, one warp per row
+    NBC = NB // NBR
+    KP = -(-TC // threads)  # slots of one row per thread
+    per_thread = -(-NMAX // threads)
+    if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**15 or R > threads:
+        raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
+    resolve = resolve_row_limit()
+
+    rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
+    n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
+    st = T.dynamic("st0, st1", "int64")
+    sb = T.dynamic("sb0, sb1", "int64")
+    s_cu, s_slq, s_slk, s_qp = T.dynamic("s_cu, s_slq, s_slk, s_qp", "int64")
+
+    def bucket(x):
+        return (x ^ (x >> log_nb)) & (NB - 1)
+
+    @T.macro
+    def span(sx, cnt, off, q):
+        """(token, bucket, first entry, entries) of entry ``q``'s bucket, as local values."""
+        x = T.alloc_var("int32", init=sx[q])
+        b = T.alloc_var("int32", init=bucket(x))
+        beg = T.alloc_var("int32", init=0)
+        if b > 0:
+            beg = off[0, (b - 1) // NBC] + cnt[(b - 1) // NBC, (b - 1) % NBC]
+        size = T.alloc_var("int32", init=off[0, b // NBC] + cnt[b // NBC, b % NBC] - beg)
+        return x, b, beg, size
+
+    @T.prim_func
+    def main(
+        TI: T.StridedTensor([rows, n_tok], st, "int32"),
+        BT: T.StridedTensor([n_req, max_pages], sb, "int32"),
+        U: T.Tensor([n_grp, width], "int32"),
+        C: T.Tensor([n_grp, R, width], count_dtype),
+        NU: T.Tensor([n_grp], "int32"),
+        CU: T.StridedTensor([n_cu], [s_cu], "int32"),
+        R3: T.Tensor([3, n_r3], "int32"),
+        SLQ: T.StridedTensor([n_slq], [s_slq], "int32"),
+        SLK: T.StridedTensor([n_slk], [s_slk], "int32"),
+        QP: T.StridedTensor([n_qp], [s_qp], "int32"),
+        mode: T.int32,
+        q_len: T.int32,
+        n_iter: T.int32,
+        cap: T.int32,
+        has_slq: T.int32,
+        has_slk: T.int32,
+        has_qp: T.int32,
+        pages: T.int32,
+        page_size: T.int32,
+    ):
+        with T.Kernel(n_grp, threads=threads) as g:
+            sx = T.alloc_shared([NMAX + 1], "int32")  # entry NMAX: scratch for unused slots
+            se = T.alloc_shared([NMAX + 1], "int16")
+            sr = T.alloc_shared([NMAX + 1], "int8")
+            canon = T.alloc_shared([NMAX], "int8")
+            cnt = T.alloc_shared([NBR, NBC], "int32")  # entries per bucket, then their inclusive scan
+            fill = T.alloc_shared([NB], "int32")
+            dist = T.alloc_shared([NBR, NBC], "int32")  # distinct tokens per bucket, then their scan
+            off = T.alloc_shared([2, NBR], "int32")  # row offsets of the two scans
+            req_s = T.alloc_shared([R], "int32")
+            lim_s = T.alloc_shared([R], "int32")
+            xl = T.alloc_local([R * KP], "int32")
+            tx = T.get_thread_binding()
+
+            for k in T.serial(NB // threads):
+                b = k * threads + tx
+                cnt[b // NBC, b % NBC] = 0
+                dist[b // NBC, b % NBC] = 0
+                fill[b] = 0
+            if tx < R:
+                req, lim = resolve(T.min(g * R + tx, rows - 1), mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK,
+                                   QP, has_slq, has_slk, has_qp)  # fmt: skip
+                req_s[tx] = req
+                lim_s[tx] = T.if_then_else(g * R + tx < rows, lim, -1)
+            T.sync_threads()
+            for i in T.serial(R):
+                for k in T.serial(KP):
+                    p = k * threads + tx
+                    t = T.alloc_var("int32", init=-1)
+                    if p < n_tok:
+                        t = TI[T.min(g * R + i, rows - 1), T.min(p, n_tok - 1)]
+                    x = T.alloc_var("int32", init=-1)
+                    if t >= 0 and t <= lim_s[i]:
+                        pg = T.alloc_var("int32", init=BT[req_s[i], T.min(t // page_size, max_pages - 1)])
+                        if pg >= 0 and pg < pages:
+                            x = pg * page_size + t % page_size
+                    xl[i * KP + k] = x
+                    if x >= 0:
+                        T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
+            T.sync_threads()
+            T.cumsum(src=cnt, dim=1)
+            T.sync_threads()
+            if tx == 0:
+                off[0, 0] = 0
+                for r in T.serial(NBR - 1):
+                    off[0, r + 1] = off[0, r] + cnt[r, NBC - 1]
+            T.sync_threads()
+            n_valid = off[0, NBR - 1] + cnt[NBR - 1, NBC - 1]
+            for i in T.serial(R):
+                for k in T.serial(KP):
+                    # Unused slots write to the spare entry NMAX: shared stores under a data-dependent
+                    # `if` get barriers placed inside the branch by TileLang's sync planner.
+                    x = T.alloc_var("int32", init=xl[i * KP + k])
+                    b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
+                    pos = T.alloc_var("int32", init=NMAX)
+                    if x >= 0:
+                        pos = T.atomic_add(fill[b], 1, return_prev=True) + T.if_then_else(
+                            b > 0, off[0, (b - 1) // NBC] + cnt[(b - 1) // NBC, (b - 1) % NBC], 0
+                        )
+                    sx[pos] = x
+                    se[pos] = T.cast(i * TC + k * threads + tx, "int16")
+                    sr[pos] = T.cast(i, "int8")
+            T.sync_threads()
+            for k in T.serial(per_thread):
+                q = k * threads + tx
+                if q < n_valid:
+                    x, b, beg, size = span(sx, cnt, off, q)
+                    me = T.alloc_var("int16", init=se[q])
+                    first = T.alloc_var("int32", init=1)
+                    for t in T.serial(size):
+                        if sx[beg + t] == x and se[beg + t] < me:
+                            first = 0
+                    canon[q] = T.cast(first, "int8")
+                    if first != 0:
+                        T.atomic_add(dist[b // NBC, b % NBC], 1)
+            T.sync_threads()
+            T.cumsum(src=dist, dim=1)
+            T.sync_threads()
+            if tx == 0:
+                off[1, 0] = 0
+                for r in T.serial(NBR - 1):
+                    off[1, r + 1] = off[1, r] + dist[r, NBC - 1]
+                NU[g] = off[1, NBR - 1] + dist[NBR - 1, NBC - 1]
+            T.sync_threads()
+            for k in T.serial(per_thread):
+                q = k * threads + tx
+                if q < n_valid:
+                    if canon[q] != 0:
+                        x, b, beg, size = span(sx, cnt, off, q)
+                        u = T.alloc_var("int32", init=0)
+                        if b > 0:
+                            u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
+                        for t in T.serial(size):
+                            if sx[beg + t] < x and canon[beg + t] != 0:
+                                u = u + 1
+                        U[g, T.min(u, width - 1)] = x
+                        for j in T.serial(R):
+                            c = T.alloc_var("int32", init=0)
+                            for t in T.serial(size):
+                                if sx[beg + t] == x and T.cast(sr[beg + t], "int32") == j:
+                                    c = c + 1
+                            C[g, j, T.min(u, width - 1)] = T.cast(c, count_dtype)
+
+    return main
