@@ -12,7 +12,10 @@ Shapes
 
 The plain-PyTorch path is einsum + relu + head sum + masked fill on the same inputs.
 Ceilings are measured in the same process. ``python -m benchmarks.bench_mqa [--quick]
-[--json PATH]`` prints a table and writes JSON.
+[--json PATH]`` prints a table and writes JSON; ``--variants`` adds (``--only-variants``
+runs just it and the indexer case) every score-kernel schedule in
+``mate_kernels_musa.mqa_score_kernel.VARIANTS`` on the prefill and causal shapes, each
+checked against the PyTorch path before it is timed.
 """
 
 from __future__ import annotations
@@ -107,63 +110,104 @@ def bench_decode(page_size: int, ceil: dict, quick: bool, block_keys: int | None
                 {"GBps": nbytes / native["median_us"] / 1e3, "rel_l2_vs_torch": err})  # fmt: skip
 
 
-def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool, tiles=None,
-                  indexer: bool = False) -> dict[str, Any]:  # fmt: skip
+def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool, indexer: bool = False,
+                  with_torch: bool = True) -> dict[str, Any]:  # fmt: skip
     """Packed prefill scoring; with ``indexer``, the same rows through ``qsa_indexer_mqa_score``
-    (padded ``q_idx [1, rows, 4, 128]``, ``block_keys [1, keys, 128]``, ``query_positions``)."""
+    (padded ``q_idx [1, rows, 4, 128]``, ``block_keys [1, keys, 128]``, ``query_positions``).
+    ``with_torch`` also times the plain-PyTorch path."""
     from mate_core import plan_indexer_score, plan_mqa_prefill
     from mate_kernels_musa import mqa_launch
 
-    gen = torch.Generator(device="cuda").manual_seed(rows)
-    q = torch.randn(rows, H, D, device="cuda", generator=gen, dtype=torch.bfloat16)
-    k = torch.randn(keys, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q, k, starts, ends = prefill_inputs(rows, keys, pos0)
     pos = torch.arange(pos0, pos0 + rows, device="cuda")
-    ends = ((pos + 1) // 4).clamp(max=keys).to(torch.int32)
-    starts = torch.zeros(rows, dtype=torch.int32, device="cuda")
     if indexer:
         positions = pos.to(torch.int32)[None]
         plan = plan_indexer_score(q[None], k[None], query_positions=positions, scale=SCALE)
         fn = lambda: mqa_launch.indexer_score(plan)  # noqa: E731
-    elif tiles is None:
-        plan = plan_mqa_prefill(q, k, starts, ends, scale=SCALE)
-        fn = lambda: mqa_launch.mqa_prefill(plan)  # noqa: E731
     else:
         plan = plan_mqa_prefill(q, k, starts, ends, scale=SCALE)
-
-        def fn():
-            mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], plan.out[None], SCALE, tiles)
+        fn = lambda: mqa_launch.mqa_prefill(plan)  # noqa: E731
 
     plan.out.fill_(float("nan"))
     fn()
     err = check_agreement(f"mqa prefill {name}", plan.out, _torch_prefill(q, k, starts, ends))
     native = time_cuda_graph(fn, reps=10 if quick else 30)
     torch_t = None
-    if tiles is None:
+    if with_torch:
         torch_t = time_cuda_graph(lambda: _torch_prefill(q, k, starts, ends), reps=3 if quick else 10)
     visible = int(ends.long().sum())
     math_us = 2 * visible * H * D / (ceil["gemm8192_TFLOPs"] * 1e12) * 1e6
     write_us = rows * keys * 4 / (ceil["copy_TBps"] * 1e12) * 1e6
-    label = name if tiles is None else f"{name}_tiles{'x'.join(map(str, tiles))}"
-    return _row(label, f"{rows} rows x {keys} keys, pos {pos0}..{pos0 + rows - 1}", native, torch_t,
+    return _row(name, f"{rows} rows x {keys} keys, pos {pos0}..{pos0 + rows - 1}", native, torch_t,
                 max(math_us, write_us), {"math_floor_us": math_us, "write_floor_us": write_us,
                 "TFLOPs_visible": 2 * visible * H * D / native["median_us"] / 1e6,
                 "rel_l2_vs_torch": err})  # fmt: skip
 
 
-def run(quick: bool = False, variants: bool = False, ceil: dict | None = None) -> list[dict]:
+def prefill_inputs(rows: int, keys: int, pos0: int) -> tuple[torch.Tensor, ...]:
+    """``(q [rows,4,128], k [keys,128], starts, ends)``: bf16 data, causal intervals
+    ``[0, (pos + 1) // 4)`` for ``pos = pos0 + row``."""
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    q = torch.randn(rows, H, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    k = torch.randn(keys, D, device="cuda", generator=gen, dtype=torch.bfloat16)
+    pos = torch.arange(pos0, pos0 + rows, device="cuda")
+    ends = ((pos + 1) // 4).clamp(max=keys).to(torch.int32)
+    starts = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    return q, k, starts, ends
+
+
+def bench_score_variants(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool) -> list[dict]:
+    """Every score-kernel variant (``mqa_score_kernel.VARIANTS``) on one prefill shape (one
+    reference, each variant checked against it before it is timed)."""
+    from mate_kernels_musa import mqa_launch, mqa_score_kernel
+
+    q, k, starts, ends = prefill_inputs(rows, keys, pos0)
+    ref = _torch_prefill(q, k, starts, ends)
+    out = torch.empty(rows, keys, device="cuda", dtype=torch.float32)
+    visible = int(ends.long().sum())
+    math_us = 2 * visible * H * D / (ceil["gemm8192_TFLOPs"] * 1e12) * 1e6
+    floor_us = max(math_us, rows * keys * 4 / (ceil["copy_TBps"] * 1e12) * 1e6)
+    results = []
+    for tiles, sched in mqa_score_kernel.VARIANTS:
+
+        def fn(tiles=tiles, sched=sched):
+            mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], out[None], SCALE, tiles, sched)
+
+        case = f"{name}[{mqa_score_kernel.variant_label(tiles, sched)}]"
+        try:
+            out.fill_(float("nan"))
+            fn()
+            err = check_agreement(case, out, ref)
+            native = time_cuda_graph(fn, reps=10 if quick else 30)
+        except Exception as exc:  # one broken variant must not hide the others' timings
+            results.append({"name": case, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        results.append(_row(case, f"{rows} rows x {keys} keys", native, None, floor_us,
+                            {"tiles": list(tiles), "schedule": list(sched), "rel_l2_vs_torch": err}))  # fmt: skip
+    return results
+
+
+def run(
+    quick: bool = False, variants: bool = False, ceil: dict | None = None, only_variants: bool = False
+) -> list[dict]:
     """Run every shape; returns one dict per measurement (the first holds the ceilings).
 
-    ``ceil`` is the output of ``measure_ceilings()`` (measured here when not given).
+    ``ceil`` is the output of ``measure_ceilings()`` (measured here when not given);
+    ``variants`` adds the score-kernel schedule sweep, ``only_variants`` runs just that sweep
+    (and the indexer case, which has no variant hook).
     """
     ceil = ceil or measure_ceilings()
     results: list[dict] = [{"name": "ceilings", **ceil, **env_info()}]
-    for ps in (64, 16):
-        results.append(bench_decode(ps, ceil, quick))
-    results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick))
-    results.append(bench_prefill("causal", 32768, 8192, 0, ceil, quick))
-    results.append(bench_prefill("indexer_score", 4096, 32768, 126976, ceil, quick, indexer=True))
-    if variants:
-        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick, tiles=(64, 64, 128, 32)))
+    if not only_variants:
+        for ps in (64, 16):
+            results.append(bench_decode(ps, ceil, quick))
+        results.append(bench_prefill("prefill", 4096, 32768, 126976, ceil, quick))
+        results.append(bench_prefill("causal", 32768, 8192, 0, ceil, quick))
+    results.append(bench_prefill("indexer_score", 4096, 32768, 126976, ceil, quick, indexer=True,
+                                 with_torch=not only_variants))  # fmt: skip
+    if variants or only_variants:
+        results += bench_score_variants("prefill", 4096, 32768, 126976, ceil, quick)
+        results += bench_score_variants("causal", 32768, 8192, 0, ceil, quick)
     return results
 
 
@@ -175,10 +219,13 @@ def format_table(results: list[dict]) -> str:
         f"{'case':<28} {'native us':>10} {'floor us':>9} {'x floor':>8} {'torch us':>10} {'speedup':>8}",
     ]
     for r in results[1:]:
+        if "error" in r:
+            lines.append(f"{r['name']:<36} FAILED {r['error'][:200]}")
+            continue
         torch_us = f"{r['torch_us']:.1f}" if "torch_us" in r else "-"
         speed = f"{r['speedup_vs_torch']:.1f}x" if "speedup_vs_torch" in r else "-"
         lines.append(
-            f"{r['name']:<28} {r['native_us']:>10.1f} {r['floor_us']:>9.1f} {r['ratio_to_floor']:>8.2f} "
+            f"{r['name']:<36} {r['native_us']:>10.1f} {r['floor_us']:>9.1f} {r['ratio_to_floor']:>8.2f} "
             f"{torch_us:>10} {speed:>8}"
         )
     return "\n".join(lines)
@@ -187,10 +234,11 @@ def format_table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--variants", action="store_true", help="also time alternative tile configs")
+    parser.add_argument("--variants", action="store_true", help="also time alternative score-kernel schedules")
+    parser.add_argument("--only-variants", action="store_true", help="only the schedule sweep (and the indexer case)")
     parser.add_argument("--json", default="bench_mqa.json")
     args = parser.parse_args(argv)
-    results = run(quick=args.quick, variants=args.variants)
+    results = run(quick=args.quick, variants=args.variants, only_variants=args.only_variants)
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     print(format_table(results))

@@ -1,6 +1,7 @@
 """Every MQA kernel specialization compiles for sm_90a (no GPU needed: tilelang + nvcc).
 
-Specializations: score kernel x {bf16, fp16} x {TMA store (keys % 4 == 0), plain store}; decode kernel x {bf16, fp16} x page size
+Specializations: score kernel x {bf16, fp16} x {TMA store (keys % 4 == 0), plain store} and every
+other score schedule in ``mqa_score_kernel.VARIANTS`` (bf16); decode kernel x {bf16, fp16} x page size
 {8, 16, 32, 64} on the vector path. The element-load decode path (unaligned k_cache) differs
 only in its load code, so two of its specializations (both dtypes, both page-size extremes)
 are compiled to keep the CPU suite short.
@@ -9,6 +10,8 @@ are compiled to keep the CPU suite short.
 from __future__ import annotations
 
 import pytest
+
+from mate_kernels_musa import mqa_score_kernel
 
 pytestmark = pytest.mark.compile
 
@@ -22,17 +25,52 @@ def _source(kernel) -> str:
     return src
 
 
+def _check_schedule(src: str, schedule) -> None:
+    # Keys on M: one m64n256 wgmma per k-step covers the four heads; rows on M: m64n64 per head.
+    assert (", 64, 256, 16," in src) == schedule.keys_on_m
+    assert (", 64, 64, 16," in src) != schedule.keys_on_m
+    # Overlapped epilogue: the GEMM is committed without an inline wait, waited on explicitly.
+    assert ("tl::wait_wgmma<0>" in src) == schedule.overlap
+
+
 @pytest.mark.parametrize("tma_out", [True, False], ids=["tma-store", "plain-store"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_score_kernel_compiles(dtype: str, tma_out: bool) -> None:
-    from mate_kernels_musa import mqa_score_kernel
+    """The launcher's default specializations: the default schedule for bulk stores, rows on
+    M with plain stores otherwise."""
     from mate_kernels_musa._build import build
 
-    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", dtype, *mqa_score_kernel.DEFAULT_TILES, tma_out))
+    schedule = mqa_score_kernel.DEFAULT_SCHEDULE if tma_out else mqa_score_kernel.Schedule()
+    consts = (dtype, *mqa_score_kernel.DEFAULT_TILES, tma_out, *schedule)
+    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", *consts))
     # Hopper path: warpgroup MMA and 16-byte cp.async loads of Q and K; bulk tensor stores.
     assert "wgmma" in src
     assert "cp_async_gs_conditional<16>" in src
     assert ("tma_store" in src) == tma_out
+    _check_schedule(src, schedule)
+
+
+OTHER_VARIANTS = [
+    v for v in mqa_score_kernel.VARIANTS if v != (mqa_score_kernel.DEFAULT_TILES, mqa_score_kernel.DEFAULT_SCHEDULE)
+]
+
+
+@pytest.mark.parametrize(
+    ("tiles", "schedule"), OTHER_VARIANTS, ids=[mqa_score_kernel.variant_label(*v) for v in OTHER_VARIANTS]
+)
+def test_score_schedule_variants_compile(tiles, schedule) -> None:
+    from mate_kernels_musa._build import build
+
+    src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", "bfloat16", *tiles, True, *schedule))
+    assert "tma_store" in src
+    _check_schedule(src, schedule)
+
+
+def test_schedule_preconditions_raise() -> None:
+    with pytest.raises(ValueError, match="keys-on-M"):
+        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, False, True)
+    with pytest.raises(ValueError, match="overlapped epilogue"):
+        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, False, True)
 
 
 DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]

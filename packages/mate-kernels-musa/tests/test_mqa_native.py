@@ -14,6 +14,7 @@ import torch
 
 import mate_kernels_musa as native
 from mate_core import LayoutError, plan_indexer_score, plan_mqa_decode, plan_mqa_prefill
+from mate_kernels_musa import mqa_launch, mqa_score_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -65,6 +66,8 @@ def _intervals(gen: torch.Generator, rows: int, keys: int, kind: str) -> tuple[t
     if kind == "causal":
         pos = torch.arange(rows) + max(4 * keys - rows, 0)
         return torch.zeros(rows, dtype=torch.int32), ((pos + 1) // 4).to(torch.int32)
+    if kind == "prefix":  # every row ends within the first 200 keys: later key chunks are blind
+        return torch.zeros(rows, dtype=torch.int32), torch.randint(0, 200, (rows,), generator=gen, dtype=torch.int32)
     # Ragged: some empty (start >= end), some negative starts, ends past the last key.
     a = torch.randint(-8, keys + 8, (rows,), generator=gen)
     b = torch.randint(-8, keys + 16, (rows,), generator=gen)
@@ -105,6 +108,36 @@ def test_prefill_sliced_views(gen, dtype) -> None:
     ends = torch.randint(0, keys + 5, (rows,), generator=gen, dtype=torch.int32).cuda()
     got, want = _run_both(plan_mqa_prefill, "mqa_prefill", q, k, starts, ends, score_scale=3.0)
     assert_scores_match(got, want)
+
+
+VARIANT_CASES = [
+    (200, 1000, "ragged"),  # keys % 4 == 0: bulk-tensor stores
+    (333, 129, "causal"),  # plain stores, partial tiles on both axes
+    (700, 4100, "causal"),  # several key chunks per row block
+    (96, 9000, "prefix"),  # CTAs that see none of their keys (bulk-store -inf stream)
+    (96, 9001, "prefix"),  # the same with plain stores
+]
+
+
+@pytest.mark.parametrize(("rows", "keys", "kind"), VARIANT_CASES)
+@pytest.mark.parametrize(
+    ("tiles", "schedule"),
+    mqa_score_kernel.VARIANTS,
+    ids=[mqa_score_kernel.variant_label(*v) for v in mqa_score_kernel.VARIANTS],
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_score_variants_match_reference(gen, tiles, schedule, rows, keys, kind, dtype) -> None:
+    """Every compiled schedule of the score kernel (not only the default) against the reference."""
+    q = _randn(gen, rows, H, D, dtype=dtype)
+    k = _randn(gen, keys, D, dtype=dtype)
+    starts, ends = (t.cuda() for t in _intervals(gen, rows, keys, kind))
+    plan = plan_mqa_prefill(q, k, starts, ends, scale=0.37)
+    plan.out.fill_(float("nan"))
+    mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], plan.out[None], 0.37, tiles, schedule)
+    ref = plan_mqa_prefill(q, k, starts, ends, scale=0.37, backend="reference")
+    _reference().mqa_prefill(ref)
+    torch.cuda.synchronize()
+    assert_scores_match(plan.out, ref.out)
 
 
 def test_prefill_layout_violation_raises(gen) -> None:

@@ -5,29 +5,91 @@ padded ``qsa_indexer_mqa_score`` (``nb`` requests, each with its own keys, causa
 computed on the device by the launcher). Key ``j`` of row ``r`` is visible iff
 ``starts[b, r] <= j < ends[b, r]``; every other element gets ``-inf`` from this same kernel.
 
-Schedule: a CTA keeps ``BN`` query rows x 4 heads resident in shared memory and walks a
-fixed run of ``TPC`` ``BM``-key tiles, double-buffered with cp.async (``T.Pipelined``). Per
-tile, four ``BN x BM x 128`` wgmma GEMMs (one per head; query rows on the MMA's M side, keys
-on N) accumulate ``relu`` into one FP32 register tile, which is masked and scaled in
-registers and staged through shared memory: with ``tma_out`` (keys % 4 == 0) one bulk
-tensor (TMA) store per tile, otherwise coalesced row-contiguous stores from an XOR-swizzled
-tile. Tiles that no row of the CTA can see skip the GEMMs and only store ``-inf``. Two CTAs
-fit per SM (shared memory is sized for exactly two), so one CTA's MMAs overlap the other's
-epilogue. Rows sit on the M side, not keys as QSA-DESIGN.md §4 suggests, because prefill
-always has many rows and the output is key-contiguous, so the accumulator maps straight onto
-output rows; the decode kernel, which has a single row, puts keys on M.
+Schedule: a CTA keeps ``BN`` = 64 query rows x 4 heads resident in shared memory (loaded
+as one cp.async group) and walks a fixed run of ``TPC`` ``BM``-key tiles, double-buffered
+with cp.async (``T.Pipelined``). Tiles that no row of the CTA can see only store ``-inf``;
+a CTA that sees none of its keys loads nothing, fills one ``-inf`` tile and streams it to
+all its tiles with back-to-back bulk stores. Shared memory is sized for two CTAs per SM.
+
+MMA orientation and overlap (compile-time choices, :class:`Schedule`):
+
+* keys on M (the default; QSA-DESIGN.md §4): one ``BM x (4 * BN) x 128`` GEMM per tile
+  (``m64n256``: 4 heads x 64 rows on the N side), so a tile's K slice is read once, not
+  once per head; the head sum is register-local (a thread holds the same (key, row) of
+  every head). The accumulator is the transpose of the output and is stored transposed
+  into the staging tile (conflict-free under the TMA swizzle). With ``overlap`` (the
+  default) the GEMM is an async wgmma issued before the previous tile's epilogue (mask,
+  scale, staging, bulk store), which then runs under the MMAs; without it every GEMM is
+  waited on before its own epilogue (the other CTA on the SM is then the only overlap).
+* rows on M: four ``BN x BM x 128`` GEMMs per tile (one waited ``m64n64`` per head),
+  ReLU-accumulated into one FP32 register tile that maps straight onto output rows. This
+  is the path for outputs whose rows are not 16-byte aligned (keys % 4 != 0).
+
+Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
+per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
+tile and row-contiguous stores.
+
+Measured on the H200 (benchmarks/bench_mqa.py ``--only-variants``, CUDA-graph medians, us;
+prefill = 4096 rows x 32768 keys, causal = 32768 x 8192):
+
+- keys on M, overlap, 64 tiles per CTA (default): prefill 281.5, causal 470.3
+- keys on M, overlap, 32 tiles: 290.0 / 462.8; 16 tiles: 308.1 / 461.9
+- keys on M, no overlap, 64 tiles: 287.6 / 463.0; 32 tiles: 296.4 / 450.2
+- rows on M, 64 tiles: 296.7 / 466.5; 16 tiles: 319.9 / 464.3 (the kernel before the
+  one-group Q load and the blind-CTA path, rows on M with 16 tiles: 336.5 / 549.6)
+
+(causal medians spread by +-3%, prefill by +-0.5%.) Tried and dropped: 128-row blocks
+with two warpgroups (rows on M: 395 us; keys on M fails TileLang 0.1.15's layout
+inference), direct global stores from registers instead of a staging tile (448-466 us:
+32-byte partial-line writes), and deferring the bulk-store wait to the next reuse of the
+staging tile (4-5% slower).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
-from typing import Any
+from typing import Any, NamedTuple
 
 # Tile constants per specialization; all sizes and strides are runtime.
 BLOCK_ROWS = 64
 BLOCK_KEYS = 64
 THREADS = 128  # one warpgroup per 64 rows
-TILES_PER_CTA = 16  # key tiles walked by one CTA (grid y = ceil(key tiles / 16))
+TILES_PER_CTA = 64  # key tiles walked by one CTA (grid y = ceil(key tiles / TILES_PER_CTA))
 DEFAULT_TILES = (BLOCK_ROWS, BLOCK_KEYS, THREADS, TILES_PER_CTA)
 INT_MAX = 2**31 - 1
+WG_ROWS = 64  # query rows per warpgroup
+
+
+class Schedule(NamedTuple):
+    """Compile-time schedule choices of the score kernel (see the module docstring)."""
+
+    keys_on_m: bool = False
+    # Keys on M only: issue tile i's GEMM (async wgmma) before tile i-1's epilogue, so the
+    # masking, staging and bulk store of one tile run under the next tile's MMAs.
+    overlap: bool = False
+
+
+DEFAULT_SCHEDULE = Schedule(keys_on_m=True, overlap=True)
+
+
+def _tiles(tiles_per_cta: int) -> tuple[int, int, int, int]:
+    return (BLOCK_ROWS, BLOCK_KEYS, THREADS, tiles_per_cta)
+
+
+# Every (tiles, schedule) kept compilable and checked on the GPU; the benchmark times each.
+VARIANTS: tuple[tuple[tuple[int, int, int, int], Schedule], ...] = (
+    (DEFAULT_TILES, DEFAULT_SCHEDULE),
+    (_tiles(32), Schedule(True, True)),
+    (_tiles(16), Schedule(True, True)),
+    (_tiles(64), Schedule(True, False)),
+    (_tiles(32), Schedule(True, False)),
+    (_tiles(64), Schedule(False, False)),
+    (_tiles(16), Schedule(False, False)),  # the schedule before keys-on-M
+)
+
+
+def variant_label(tiles: tuple[int, int, int, int], schedule: Schedule) -> str:
+    """Short name of a variant, e.g. ``keys-overlap-tpc32``."""
+    kind = ("keys-overlap" if schedule.overlap else "keys") if schedule.keys_on_m else "rows"
+    return f"{kind}-tpc{tiles[3]}"
 
 
 def score_kernel(
@@ -37,6 +99,8 @@ def score_kernel(
     threads: int = THREADS,
     tiles_per_cta: int = TILES_PER_CTA,
     tma_out: bool = False,
+    keys_on_m: bool = False,
+    overlap: bool = False,
 ) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
@@ -53,6 +117,11 @@ def score_kernel(
 
     from ._mqa_macros import ASYNC, DIM, HEADS, neg_inf, vec_view
 
+    if overlap and not keys_on_m:
+        raise ValueError("the overlapped epilogue needs the keys-on-M schedule")
+    if keys_on_m and not (tma_out and block_rows == WG_ROWS):
+        # 128 rows (two warpgroups on N) fails TileLang 0.1.15's layout inference.
+        raise ValueError("the keys-on-M schedule needs bulk tensor stores (tma_out) and 64-row blocks")
     BN, BM, TPC = block_rows, block_keys, tiles_per_cta
     nwarps = threads // 32
     nb, nq, nk = T.dynamic("nb nq nk")
@@ -63,11 +132,84 @@ def score_kernel(
         # the same banks in an unpadded row-major tile (and a pad would cost the 2nd CTA/SM).
         return c ^ ((r & 3) << 3)
 
+    def visible(lo_s, hi_s, r, key):
+        return (key >= lo_s[r]) & (key < hi_s[r])
+
     @T.macro
-    def head_gemm(Q_s, K_s, acc, total, h: int):
-        T.gemm(Q_s[h * BN : (h + 1) * BN, :], K_s, acc, transpose_B=True, clear_accum=True)
-        for r, c in T.Parallel(BN, BM):
-            total[r, c] += T.max(acc[r, c], 0)
+    def rows_on_m_scores(Q_s, K_s, acc, total):
+        # total[r, c] = sum_h relu(q[r, h] . k[c]), one waited GEMM per head.
+        T.clear(total)
+        for h in T.unroll(HEADS):
+            # FullRow: with 128 rows the two warpgroups split M (m64n64 each), not N.
+            T.gemm(
+                Q_s[h * BN : (h + 1) * BN, :], K_s, acc, transpose_B=True, clear_accum=True,
+                policy=T.GemmWarpPolicy.FullRow,
+            )  # fmt: skip
+            for r, c in T.Parallel(BN, BM):
+                total[r, c] += T.max(acc[r, c], 0)
+
+    @T.macro
+    def head_sum(acc, total):
+        # total[c, r] = sum_h relu(acc[c, h * BN + r]): a thread holds all four heads of (c, r).
+        for h in T.unroll(HEADS):
+            for c, r in T.Parallel(BM, BN):
+                total[c, r] = T.if_then_else(h == 0, 0, total[c, r]) + T.max(acc[c, h * BN + r], 0)
+
+    @T.macro
+    def keys_on_m_scores(Q_s, K_s, acc, total):
+        # total[c, r] = sum_h relu(k[c] . q[r, h]): one GEMM, heads summed in registers.
+        T.gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
+        head_sum(acc, total)
+
+    @T.macro
+    def stage_tile(total, O_s, lo_s, hi_s, key0, seen, scale):
+        # Masked, scaled scores (or all -inf) into the shared tile the stores read.
+        if seen:
+            if keys_on_m:
+                for c, r in T.Parallel(BM, BN):
+                    O_s[r, c] = T.if_then_else(visible(lo_s, hi_s, r, key0 + c), total[c, r] * scale, neg_inf())
+            elif tma_out:
+                for r, c in T.Parallel(BN, BM):
+                    total[r, c] = T.if_then_else(visible(lo_s, hi_s, r, key0 + c), total[r, c] * scale, neg_inf())
+                T.copy(total, O_s)
+            else:
+                for r, c in T.Parallel(BN, BM):
+                    O_s[r, swz(r, c)] = T.if_then_else(visible(lo_s, hi_s, r, key0 + c), total[r, c] * scale, neg_inf())
+        else:
+            T.fill(O_s, neg_inf())  # all equal: the layout/swizzle does not matter
+
+    @T.macro
+    def store_tile(O_s, out, bz, row0, key0):
+        if tma_out:
+            # Every writer fences its generic-proxy O_s stores before the barrier the bulk
+            # copy engine's read follows; one bulk tensor store per tile, which clips rows
+            # >= nq and keys >= nk.
+            T.fence_proxy_async()
+            T.sync_threads()
+            T.copy(O_s, out[bz, row0, key0])
+        else:
+            for r, c in T.Parallel(BN, BM):
+                if row0 + r < nq and key0 + c < nk:
+                    out[bz, row0 + r, key0 + c] = O_s[r, swz(r, c)]
+
+    @T.macro
+    def store_blind(O_s, out, bz, row0, key0):
+        # A CTA that sees none of its keys: one -inf tile, stored TPC times without waits
+        # in between (the tile never changes).
+        T.fill(O_s, neg_inf())
+        if tma_out:
+            T.fence_proxy_async()
+            T.sync_threads()
+            for it in T.serial(TPC):
+                T.tma_copy(O_s, out[bz, row0, key0 + it * BM])
+            if T.shuffle_elect(threads):
+                T.tma_store_wait(0)
+        else:
+            T.sync_threads()
+            for it in T.serial(TPC):
+                for r, c in T.Parallel(BN, BM):
+                    if row0 + r < nq and key0 + it * BM + c < nk:
+                        out[bz, row0 + r, key0 + it * BM + c] = O_s[r, swz(r, c)]
 
     @T.prim_func
     def mqa_score(
@@ -92,8 +234,12 @@ def score_kernel(
             lo_s = T.alloc_shared((BN,), "int32", scope="shared")
             hi_s = T.alloc_shared((BN,), "int32", scope="shared")
             red_s = T.alloc_shared((2 * nwarps,), "int32", scope="shared")
-            acc = T.alloc_fragment((BN, BM), "float32")
-            total = T.alloc_fragment((BN, BM), "float32")
+            if keys_on_m:
+                acc = T.alloc_fragment((BM, HEADS * BN), "float32")
+                total = T.alloc_fragment((BM, BN), "float32")
+            else:
+                acc = T.alloc_fragment((BN, BM), "float32")
+                total = T.alloc_fragment((BN, BM), "float32")
             lo = T.alloc_var("int32")
             hi = T.alloc_var("int32")
             tx = T.get_thread_binding()
@@ -121,51 +267,57 @@ def score_kernel(
                 lo = T.min(lo, red_s[w])
                 hi = T.max(hi, red_s[nwarps + w])
 
-            for h in T.serial(HEADS):
-                for r, d in T.Parallel(BN, DIM, annotations=ASYNC):
-                    Q_s[h * BN + r, d] = q[bz, row0 + r, h, d]
+            if by * TPC * BM < hi and by * TPC * BM + TPC * BM > lo:
+                # All four heads in one cp.async group: one round trip before the first GEMM.
+                for i, d in T.Parallel(HEADS * BN, DIM, annotations=ASYNC):
+                    Q_s[i, d] = q[bz, row0 + i % BN, i // BN, d]
 
-            # A fixed trip count (TPC tiles) keeps the loop pipelinable: the cp.async load of
-            # tile it+2 runs under the GEMMs and stores of tile it+1. Tiles past nk load zeros
-            # (bounds predicate) and store nothing.
-            for it in T.Pipelined(TPC, num_stages=2):
-                for i, d in T.Parallel(BM, DIM):
-                    K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
-                if (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo:
-                    T.clear(total)
-                    head_gemm(Q_s, K_s, acc, total, 0)
-                    head_gemm(Q_s, K_s, acc, total, 1)
-                    head_gemm(Q_s, K_s, acc, total, 2)
-                    head_gemm(Q_s, K_s, acc, total, 3)
-                    if tma_out:
-                        for r, c in T.Parallel(BN, BM):
-                            total[r, c] = T.if_then_else(
-                                ((by * TPC + it) * BM + c >= lo_s[r]) & ((by * TPC + it) * BM + c < hi_s[r]),
-                                total[r, c] * scale,
-                                neg_inf(),
-                            )
-                        T.copy(total, O_s)
-                    else:
-                        for r, c in T.Parallel(BN, BM):
-                            O_s[r, swz(r, c)] = T.if_then_else(
-                                ((by * TPC + it) * BM + c >= lo_s[r]) & ((by * TPC + it) * BM + c < hi_s[r]),
-                                total[r, c] * scale,
-                                neg_inf(),
-                            )
+                # A fixed trip count (TPC tiles) keeps the loop pipelinable: the cp.async load
+                # of tile it+2 runs under the GEMMs and stores of tile it+1. Tiles past nk load
+                # zeros (bounds predicate) and store nothing.
+                if overlap:
+                    # Manual stages (load one tile ahead): step it loads tile it+1, issues tile
+                    # it's GEMM (async wgmma), runs tile it-1's epilogue under it, then waits.
+                    # The slot being loaded last fed tile it-1's GEMM, which every warp waited
+                    # on before the previous step's closing barrier. The pipeline pass counts
+                    # nine statements here (the `if` splits into four).
+                    for it in T.Pipelined(TPC, order=list(range(9)), stage=[0] + [1] * 8):
+                        for i, d in T.Parallel(BM, DIM):
+                            K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
+                        # Unconditional GEMM and wait: a branch around them makes ptxas wait early.
+                        T.wgmma_gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
+                        if it > 0:
+                            stage_tile(
+                                total, O_s, lo_s, hi_s, (by * TPC + it - 1) * BM,
+                                (by * TPC + it - 1) * BM < hi and (by * TPC + it) * BM > lo, scale,
+                            )  # fmt: skip
+                            store_tile(O_s, out, bz, row0, (by * TPC + it - 1) * BM)
+                        T.wait_wgmma(0)
+                        # O_s is free again and the K slot tile it read may be reloaded.
+                        T.sync_threads()
+                        head_sum(acc, total)
+                    stage_tile(
+                        total, O_s, lo_s, hi_s, (by * TPC + TPC - 1) * BM,
+                        (by * TPC + TPC - 1) * BM < hi and (by * TPC + TPC) * BM > lo, scale,
+                    )  # fmt: skip
+                    store_tile(O_s, out, bz, row0, (by * TPC + TPC - 1) * BM)
                 else:
-                    T.fill(O_s, neg_inf())  # all equal: the layout/swizzle does not matter
-                if tma_out:
-                    # Every writer fences its generic-proxy O_s stores before the barrier the
-                    # bulk copy engine's read follows; one bulk tensor store per tile, which
-                    # clips rows >= nq and keys >= nk.
-                    T.fence_proxy_async()
-                    T.sync_threads()
-                    T.copy(O_s, out[bz, row0, (by * TPC + it) * BM])
-                else:
-                    for r, c in T.Parallel(BN, BM):
-                        if row0 + r < nq and (by * TPC + it) * BM + c < nk:
-                            out[bz, row0 + r, (by * TPC + it) * BM + c] = O_s[r, swz(r, c)]
-                # The next tile rewrites O_s (the -inf branch has no barrier of its own).
-                T.sync_threads()
+                    for it in T.Pipelined(TPC, num_stages=2):
+                        for i, d in T.Parallel(BM, DIM):
+                            K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
+                        if (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo:
+                            if keys_on_m:
+                                keys_on_m_scores(Q_s, K_s, acc, total)
+                            else:
+                                rows_on_m_scores(Q_s, K_s, acc, total)
+                        stage_tile(
+                            total, O_s, lo_s, hi_s, (by * TPC + it) * BM,
+                            (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo, scale,
+                        )  # fmt: skip
+                        store_tile(O_s, out, bz, row0, (by * TPC + it) * BM)
+                        # The next tile rewrites O_s (the -inf branch has no barrier of its own).
+                        T.sync_threads()
+            else:
+                store_blind(O_s, out, bz, row0, by * TPC * BM)
 
     return mqa_score
