@@ -13,6 +13,7 @@ rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 mqa=packages/mate-kernels-musa/tests/test_mqa_native.py
 sparse=packages/mate-kernels-musa/tests/test_sparse_native.py
+union=packages/mate-kernels-musa/tests/test_sparse_union_native.py
 if [[ $steps == *tests* ]]; then
   echo "=== pytest -m \"not compile\" packages (GPU tests + CPU suites on this machine; compile tests run in CI)"
   timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -m "not compile" packages benchmarks/tests -q -p no:cacheprovider -rfE 2>&1 \
@@ -22,8 +23,8 @@ fi
 if [[ $steps == *sanitizer* ]]; then
   echo "=== compute-sanitizer memcheck subset"
   : > "$out/sanitizer.txt"
-  for sel in "$mqa::test_decode_matches_reference[8-bf16] $mqa::test_decode_unaligned_cache_element_path[dtype0-8] $mqa::test_prefill_matches_reference[5-3-ragged-bf16] $mqa::test_decode_broadcast_and_4d_query $mqa::test_indexer_score_matches_reference[2-100-9-False-True-bf16]" \
-             "$sparse -k memcheck"; do
+  for sel in "$mqa::test_decode_matches_reference[8-bf16] $mqa::test_decode_unaligned_cache_element_path[dtype0-8] $mqa::test_prefill_matches_reference[5-3-ragged-bf16] $mqa::test_prefill_matches_reference[200-1000-ragged-bf16] $mqa::test_decode_broadcast_and_4d_query $mqa::test_indexer_score_matches_reference[2-100-9-False-True-bf16]" \
+             "$sparse -k memcheck" "$union -k memcheck"; do
     # shellcheck disable=SC2086  # the selection is a word list on purpose
     timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 1 \
       python3 -m pytest -m gpu -q -p no:cacheprovider $sel >> "$out/sanitizer.txt" 2>&1; r=$?; rc=$((rc | r))

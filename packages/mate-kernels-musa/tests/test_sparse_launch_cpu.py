@@ -63,10 +63,16 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
     return req, lim
 
 
-def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl=False, eager=False):
-    def run(Q, KF, VF, TI, BT, OP, LP, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp,
-            pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale):  # fmt: skip
-        splits, rows, _hq, dim = OP.shape
+def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype):
+    def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq,
+            has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct, has_gate,
+            has_lse):  # fmt: skip
+        rows, hq, dim = Q.shape
+        if direct:  # one split: the epilogue applies the gate and writes OUT/LSE (OP/LP are dummies)
+            assert splits == 1 and OP.numel() == dim and LP.numel() == 1
+            OP = torch.empty(1, rows, hq, dim)
+            LP = torch.empty(1, rows, hq)
+        assert OP.shape == (splits, rows, hq, dim)
         n_tok, n_req, max_pages = TI.shape[1], BT.shape[0], BT.shape[1]
         n_blk = -(-n_tok // block_n)
         per = -(-n_blk // splits)
@@ -97,6 +103,8 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
                     lse = torch.logsumexp(sc, dim=1)
                     OP[s, r, heads] = (torch.exp(sc - lse[:, None]) @ torch.stack(vals)).float()
                     LP[s, r, heads] = lse.float()
+        if direct:
+            _emulate_merge(dtype, gate_dtype, threads)(OP, LP, GATE, OUT, LSE, has_gate, has_lse)
 
     return run
 

@@ -2,17 +2,19 @@
 
 ``sparse_attention(plan)`` takes a plan validated by ``mate_core.plan_sparse_attention``
 (no validation here), picks the schedule (:mod:`.sparse_schedule`), binds the plan's
-tensors with their runtime strides and launches two kernels on the current stream:
+tensors with their runtime strides and launches on the current stream:
 
-1. :mod:`.sparse_paged_kernel` - FP32 partial outputs and LSE per split;
-2. :mod:`.sparse_merge_kernel` - combines the splits, applies the gate, writes
-   ``plan.out`` (any strided view) and ``plan.lse``.
+1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
+   ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
+   partial outputs and LSE per split, and
+2. :mod:`.sparse_merge_kernel` combines them, applies the gate and writes ``plan.out``
+   and ``plan.lse`` (a programmatic dependent launch: it starts during the paged kernel).
 
 Row metadata (request, position, lengths) is resolved inside the paged kernel from
 ``q_len`` (padded queries) or ``cu_seqlens_q``; only ``token_to_req`` needs a short
 prelude of capturable torch ops (first row and row count of each request). Nothing
-here reads device memory or syncs; the only allocations are the FP32 partials (and
-that prelude) from the caching allocator, so warmed-up calls can be captured in a
+here reads device memory or syncs; the only allocations are the FP32 partials of a split
+schedule (and that prelude) from the caching allocator, so warmed-up calls can be captured in a
 CUDA graph and replayed with new metadata values.
 
 Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
@@ -63,6 +65,9 @@ def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
         "r3": torch.zeros(3, 1, dtype=torch.int32, device=device),
         "table": torch.zeros(1, 1, dtype=torch.int32, device=device),  # physical: page 0 of request 0
         "float32": torch.zeros(1, dtype=torch.float32, device=device),
+        # FP32 partials of the one-split schedule (never written: the epilogue writes out/lse)
+        "part_o": torch.zeros(1, 1, 1, sparse_paged_kernel.DIM, dtype=torch.float32, device=device),
+        "part_l": torch.zeros(1, 1, 1, dtype=torch.float32, device=device),
     }
 
 
@@ -95,10 +100,11 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
     return choose_schedule(plan.rows, hkv, _ids(plan).shape[1], plan.num_splits, _sm_count(_dev(plan.query)))
 
 
-def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False) -> tuple[Any, ...]:
+def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32") -> tuple[Any, ...]:
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
-    return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager)
+    return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,
+            gate_dtype)  # fmt: skip
 
 
 def specializations(
@@ -109,12 +115,12 @@ def specializations(
 ) -> list[tuple[Any, tuple[Any, ...]]]:
     """``(factory, consts)`` of every kernel the launcher may build for these geometries.
 
-    Paged kernel: group x dtype x tile x offset width; merge kernel: dtype x gate dtype
-    (float32 or the data dtype).
+    Paged kernel: group x dtype x tile x offset width x gate dtype (float32 or the data
+    dtype, read by its one-split epilogue); merge kernel: dtype x gate dtype.
     """
     paged = [
-        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w))
-        for g in groups for d in dtypes for name in tiles for w in wide
+        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w, gd))
+        for g in groups for d in dtypes for name in tiles for w in wide for gd in ("float32", d)
     ]  # fmt: skip
     pdl = sorted({(TILES.get(name) or CANDIDATES[name]).pdl for name in tiles})
     merge = [
@@ -228,16 +234,22 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     vf, (vp, vs, vh) = _flat16(value)
     wide = max(kf.shape[0], vf.shape[0]) >= _INT32_LIMIT
     dtype = _DTYPES[q.dtype]
-    main = build(sparse_paged_kernel.sparse_paged_kernel, profile, *paged_consts(hq // hkv, dtype, tile.name, wide))
     gate, has_gate, gate_dtype = _gate_view(plan)
-    merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
-
-    part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
-    part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, _ids(plan), table, part_o, part_l, *_row_args(plan, table.shape[1] * page_size),
-         pages, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale))  # fmt: skip
+    main = build(sparse_paged_kernel.sparse_paged_kernel, profile,
+                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype))  # fmt: skip
     lse = plan.lse
     has_lse = int(lse is not None)
     if lse is None:
         lse = _dummies(device)["float32"].expand(rows, hq)
-    merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)
+    direct = sched.splits == 1
+    if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
+        part_o, part_l = _dummies(device)["part_o"], _dummies(device)["part_l"]
+    else:
+        part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
+        part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
+    main(q, kf, vf, _ids(plan), table, part_o, part_l, gate, plan.out, lse,
+         *_row_args(plan, table.shape[1] * page_size), pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
+         float(plan.scale), sched.splits, int(direct), has_gate, has_lse)  # fmt: skip
+    if not direct:
+        merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
+        merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)

@@ -1,12 +1,13 @@
-"""Paged sparse attention, one (query row, KV head, split) per CTA, FP32 partials out.
+"""Paged sparse attention, one (query row, KV head, split) per CTA.
 
 Each CTA takes one query row, one KV head (its ``group`` Q heads, padded to a
 16-row tile in shared memory only: global Q/O use the logical heads) and one
 contiguous share of the row's selection slots, and runs
-gather -> QK (mma m16) -> online softmax (exp2, FP32) -> PV. It writes the
-normalized FP32 partial output and its natural-log LSE; the merge kernel
-(:mod:`.sparse_merge_kernel`) combines the splits (one split is the unsplit
-schedule), applies the sigmoid gate and writes ``out``/``lse``.
+gather -> QK (mma m16) -> online softmax (exp2, FP32) -> PV. With several splits it
+writes the normalized FP32 partial output and its natural-log LSE, and the merge kernel
+(:mod:`.sparse_merge_kernel`) combines the splits, applies the sigmoid gate and writes
+``out``/``lse``; with one split (runtime ``direct``) it applies the gate and writes
+``out``/``lse`` itself.
 
 Masking follows ``semantics.md``. The row's request and last usable token id
 ``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
@@ -50,6 +51,7 @@ def sparse_paged_kernel(
     wide: bool,
     pdl: bool = False,
     eager: bool = False,
+    gate_dtype: str = "float32",
 ) -> Any:
     """Build the prim_func of one specialization.
 
@@ -78,17 +80,22 @@ def sparse_paged_kernel(
         Shorten the dependent-load chain before the first gather: the first chunk's token
         ids are loaded before the row's request is resolved, and the ``cu_seqlens_q``
         search is one parallel count instead of a binary search.
+    gate_dtype : str
+        Dtype of the gate view the direct epilogue reads ("float32" or ``dtype``).
 
     Kernel arguments
     ----------------
     Q [rows, Hq, D] dtype (runtime strides); KF, VF [nk, 8] / [nv, 8] dtype: K/V storage
     from their first element in 16-byte rows; TI [rows, T] int32 token ids; BT [R, max_pages]
     int32 block table; OP [splits, rows, Hq, D] float32 normalized partial outputs;
-    LP [splits, rows, Hq] float32 partial LSE (natural log, -inf when empty); CU [R+1] int32 cu_seqlens_q; R3 [3, rows] int32 per-row (request,
+    LP [splits, rows, Hq] float32 partial LSE (natural log, -inf when empty) (1-element
+    dummies when ``direct``); GATE [rows, Hq, D] ``gate_dtype``, OUT [rows, Hq, D] ``dtype``
+    and LSE [rows, Hq] float32, runtime strides, written only when ``direct``; CU [R+1] int32 cu_seqlens_q; R3 [3, rows] int32 per-row (request,
     local index, row count); SLQ / SLK [R] int32 lengths; QP [rows] int32 positions (the
     metadata a call lacks is a 1-element dummy, flagged off). Scalars: row mode, q_len, binary-search steps,
     KV capacity (max_pages * page_size), the has_* flags, pages, page_size, Hkv, the K/V
-    page/slot/head strides in 16-byte units, scale.
+    page/slot/head strides in 16-byte units, scale, the split count (grid z), ``direct``
+    (1 = one split, epilogue writes OUT/LSE) and the has_gate / has_lse flags.
     """
     import tilelang.language as T
 
@@ -103,9 +110,11 @@ def sparse_paged_kernel(
     resolve_par = resolve_row_limit_parallel(threads)
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
 
-    rows, hq, n_tok, n_req, max_pages, splits, nk, nv = T.dynamic(
-        "rows, hq, n_tok, n_req, max_pages, splits, nk, nv"
-    )
+    rows, hq, n_tok, n_req, max_pages, nk, nv = T.dynamic("rows, hq, n_tok, n_req, max_pages, nk, nv")
+    o_s, o_r, o_h = T.dynamic("o_s, o_r, o_h")  # partials: a 1-element dummy under the direct epilogue
+    sg = T.dynamic("sg0, sg1, sg2", "int64")
+    so = T.dynamic("so0, so1, so2", "int64")
+    sl = T.dynamic("sl0, sl1", "int64")
     n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
     sq = T.dynamic("sq0, sq1, sq2", "int64")
     st = T.dynamic("st0, st1", "int64")
@@ -129,8 +138,11 @@ def sparse_paged_kernel(
         VF: T.Tensor([nv, 8], dtype),
         TI: T.StridedTensor([rows, n_tok], st, "int32"),
         BT: T.StridedTensor([n_req, max_pages], sb, "int32"),
-        OP: T.Tensor([splits, rows, hq, D], acc),
-        LP: T.Tensor([splits, rows, hq], acc),
+        OP: T.Tensor([o_s, o_r, o_h, D], acc),
+        LP: T.Tensor([o_s, o_r, o_h], acc),
+        GATE: T.StridedTensor([rows, hq, D], sg, gate_dtype),
+        OUT: T.StridedTensor([rows, hq, D], so, dtype),
+        LSE: T.StridedTensor([rows, hq], sl, acc),
         CU: T.StridedTensor([n_cu], [s_cu], "int32"),
         R3: T.Tensor([3, n_r3], "int32"),
         SLQ: T.StridedTensor([n_slq], [s_slq], "int32"),
@@ -153,6 +165,10 @@ def sparse_paged_kernel(
         vs: T.int64,
         vh: T.int64,
         scale: T.float32,
+        splits: T.int32,
+        direct: T.int32,
+        has_gate: T.int32,
+        has_lse: T.int32,
     ):
         with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
             if min_blocks > 1:
@@ -247,13 +263,36 @@ def sparse_paged_kernel(
                     T.copy(acc_s, p_s)
                     T.gemm(p_s, v_s, acc_o)
 
-            for g, d in T.Parallel(H, D):
-                if g < G:
-                    OP[s, r, hk * G + g, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
-            for g in T.Parallel(H):
-                if g < G:
-                    LP[s, r, hk * G + g] = T.if_then_else(
-                        l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
-                    )
+            if direct != 0:
+                # One split: gate, output dtype and LSE here; no partials, no merge launch.
+                for g, d in T.Parallel(H, D):
+                    if g < G:
+                        OUT[r, hk * G + g, d] = T.cast(
+                            T.if_then_else(
+                                l_i[g] > 0,
+                                acc_o[g, d]
+                                / l_i[g]
+                                * T.if_then_else(
+                                    has_gate != 0, 1 / (1 + T.exp(-T.cast(GATE[r, hk * G + g, d], acc))), 1
+                                ),
+                                0,
+                            ),
+                            dtype,
+                        )
+                if has_lse != 0:
+                    for g in T.Parallel(H):
+                        if g < G:
+                            LSE[r, hk * G + g] = T.if_then_else(
+                                l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
+                            )
+            else:
+                for g, d in T.Parallel(H, D):
+                    if g < G:
+                        OP[s, r, hk * G + g, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
+                for g in T.Parallel(H):
+                    if g < G:
+                        LP[s, r, hk * G + g] = T.if_then_else(
+                            l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
+                        )
 
     return main
