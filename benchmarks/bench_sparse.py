@@ -12,6 +12,9 @@ gate [rows, Hq] and LSE on, flattened queries with ``cu_seqlens_q`` + ``seq_lens
   overlap);
 * ``prefill_uniform``: the same with independent uniform random blocks per row.
 
+Prefill rows also carry ``union_us``: the same call with the opt-in row-group union path
+(``MATE_SPARSE_UNION=1``, ``mate_kernels_musa.sparse_union``).
+
 With ``physical`` (default on), each case also runs the ``selected_kv_indices`` path on
 the same selections translated to physical rows of the flattened cache ``[pages * 64,
 Hkv, D]`` (what an engine that does its own page translation passes; no gate on that
@@ -229,6 +232,27 @@ def _sweep(plan, ref_out: torch.Tensor, reps: int, splits_list: tuple[int, ...])
     return out
 
 
+def _union_timing(plan, ref_out: torch.Tensor, reps: int) -> dict[str, Any]:
+    """The same call with the opt-in row-group union path (``MATE_SPARSE_UNION=1``)."""
+    import os
+
+    from mate_kernels_musa.sparse_launch import UNION_ENV, sparse_attention
+
+    old = os.environ.get(UNION_ENV)
+    os.environ[UNION_ENV] = "1"
+    try:
+        plan.out.fill_(float("nan"))
+        sparse_attention(plan)
+        err = float((plan.out.double() - ref_out.double()).norm() / ref_out.double().norm())
+        t = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
+    finally:
+        if old is None:
+            del os.environ[UNION_ENV]
+        else:
+            os.environ[UNION_ENV] = old
+    return {"union_us": t["median_us"], "union_rel_l2_vs_torch": err}
+
+
 def bench_physical(name: str, kw: dict[str, Any], meta, ref: tuple[torch.Tensor, torch.Tensor],
                    paged_us: float, ceil: dict[str, float], reps: int) -> dict[str, Any]:  # fmt: skip
     """The ``selected_kv_indices`` row of case ``name`` (same selections as the paged row)."""
@@ -248,7 +272,7 @@ def bench_physical(name: str, kw: dict[str, Any], meta, ref: tuple[torch.Tensor,
         "name": f"{name}_physical",
         "rows": pkw["query"].shape[0],
         "width": pkw["selected_kv_indices"].shape[1],
-        "schedule": f"{sched.tile.name}/splits={sched.splits}",
+        "schedule": sched.label,
         "native_us": native["median_us"],
         "native_p10_us": native["p10_us"],
         "native_p90_us": native["p90_us"],
@@ -287,7 +311,7 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
         "name": name,
         "rows": kw["query"].shape[0],
         "width": kw["token_indices"].shape[1],
-        "schedule": f"{sched.tile.name}/splits={sched.splits}",
+        "schedule": sched.label,
         "native_us": native["median_us"],
         "native_p10_us": native["p10_us"],
         "native_p90_us": native["p90_us"],
@@ -315,6 +339,8 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
             row["speedup_vs_flex"] = flex_t["median_us"] / native["median_us"]
         except Exception as exc:  # report, do not fail the whole benchmark
             row["flex_note"] = f"FlexAttention failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if name.startswith("prefill"):
+        row.update(_union_timing(plan, ref_out, reps))
     if sweep:
         splits_list = (1, 2, 3, 4, 6, 8) if name.startswith("decode") else (1, 2)
         row["sweep"] = _sweep(plan, ref_out, max(10, reps // 4), splits_list)

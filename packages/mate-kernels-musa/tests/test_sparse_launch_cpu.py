@@ -64,9 +64,9 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
 
 
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype):
-    def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq,
-            has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct, has_gate,
-            has_lse):  # fmt: skip
+    def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
+            has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
+            has_gate, has_lse, u_rows, max_nu):  # fmt: skip
         rows, hq, dim = Q.shape
         if direct:  # one split: the epilogue applies the gate and writes OUT/LSE (OP/LP are dummies)
             assert splits == 1 and OP.numel() == dim and LP.numel() == 1
@@ -104,7 +104,11 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
                     OP[s, r, heads] = (torch.exp(sc - lse[:, None]) @ torch.stack(vals)).float()
                     LP[s, r, heads] = lse.float()
         if direct:
+            out0, lse0 = OUT.clone(), LSE.clone()
             _emulate_merge(dtype, gate_dtype, threads)(OP, LP, GATE, OUT, LSE, has_gate, has_lse)
+            for r in range(rows):  # rows of union-path groups are left as they were
+                if u_rows > 0 and int(UNU[r // u_rows]) <= max_nu:
+                    OUT[r], LSE[r] = out0[r], lse0[r]
 
     return run
 
@@ -243,7 +247,12 @@ def test_per_row_table() -> None:
 
 
 def test_schedule_heuristic() -> None:
-    assert choose_schedule(4096, 2, 2051, 0, 132).splits == 1  # prefill: one CTA per (row, head)
+    prefill = choose_schedule(4096, 2, 2051, 0, 132)
+    assert prefill.splits == 1 and prefill.union_rows == 0  # prefill: one CTA per (row, head)
+    assert choose_schedule(4096, 2, 2051, 0, 132, union=True).union_rows == 4  # opt-in: union groups of 4
+    assert choose_schedule(4096, 2, 2561, 0, 132, union=True).union_rows == 0  # wider than the union prep holds
+    assert choose_schedule(4096, 2, 2051, 1, 132, union=True).union_rows == 0  # a forced split count
+    assert choose_schedule(64, 2, 2051, 0, 132, union=True).union_rows == 0  # decode
     assert choose_schedule(256, 2, 2051, 0, 132).splits == 1  # decode 64 x 4: enough CTAs
     decode = choose_schedule(64, 2, 2051, 0, 132)
     assert decode.tile is W4 and decode.splits == 4
@@ -270,3 +279,13 @@ def test_parallel_request_search_matches_binary_search(n_req: int, gen: torch.Ge
 def test_launcher_many_requests_with_empty_ones(emulated, query_kind: str, gen: torch.Generator) -> None:
     _check_case(cases.random_case(gen, max_rows=60, max_width=16, n_req=140, empty_requests=True, query_kind=query_kind,
                                   hq=3, hkv=1))  # fmt: skip
+
+
+def test_union_env_switch(monkeypatch) -> None:
+    monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
+    assert not sparse_launch.union_enabled()
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
+    assert sparse_launch.union_enabled()
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "yes")
+    with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0' or '1', got 'yes'"):
+        sparse_launch.union_enabled()

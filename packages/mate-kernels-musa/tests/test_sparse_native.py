@@ -68,6 +68,36 @@ def test_many_requests_with_empty_ones(n_req: int, gen: torch.Generator) -> None
                                     query_kind=query_kind))  # fmt: skip
 
 
+@pytest.mark.parametrize("query_kind", ["cu", "padded"])
+def test_prefill_union_and_paged_groups(query_kind: str, gen: torch.Generator, monkeypatch) -> None:
+    """MATE_SPARSE_UNION=1 prefill: groups with small unions take the union kernel, the paged kernel the others."""
+    from mate_kernels_musa import sparse_attention, sparse_launch
+    from mate_kernels_musa.sparse_union import prepare_union
+
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
+    for _ in range(50):  # draw until the problem is prefill-sized (rows * Hkv >= 4 waves of 132 SMs)
+        case = cases.random_case(gen, max_rows=700, max_width=600, num_splits=None, query_kind=query_kind,
+                                 canonical=True)  # fmt: skip
+        if case.kwargs["query"].numel() // (24 * 256) >= 300 and case.kwargs["token_indices"].shape[-1] >= 100:
+            break
+    ids = case.kwargs["token_indices"]
+    flat = ids.view(-1, ids.shape[-1])
+    r = 4
+    for g in range(0, flat.shape[0] // r, 2):  # every other group: its rows select what its first row selects
+        flat[g * r + 1 : g * r + r] = flat[g * r]
+    case = case.to("cuda")
+    native, ref = _plans(case)
+    sched = sparse_launch.schedule_for(native)
+    assert sched.union_rows == r, sched
+    _, nu, _ = prepare_union(native, r, "fused")
+    # Threshold at the median union size, so that both kernels get groups whatever the draw.
+    limit = int(nu.float().median().item())
+    monkeypatch.setattr(sparse_launch, "UNION_MAX_FILL", (limit + 0.5) / (r * flat.shape[1]))
+    assert (nu <= limit).any() and (nu > limit).any(), nu
+    sparse_attention(native)
+    _check(native, ref, case)
+
+
 def test_decode_canonical_width(gen: torch.Generator) -> None:
     """64 decode rows, 2051-slot QSA selections, every split count."""
     for splits in cases.SPLITS:

@@ -4,6 +4,11 @@
 (no validation here), picks the schedule (:mod:`.sparse_schedule`), binds the plan's
 tensors with their runtime strides and launches on the current stream:
 
+0. opt-in (``MATE_SPARSE_UNION=1``), the prefill schedule first runs :mod:`.sparse_union`
+   on groups of ``UNION_ROWS`` consecutive rows: a one-kernel prep finds each group's union of selected cache rows,
+   and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
+   share most of their blocks, as neighbouring prefill rows do) are computed by the union
+   kernel with one K/V gather per union token; the paged kernel skips those rows;
 1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
    ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
    partial outputs and LSE per split, and
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import Any
 
 import torch
@@ -42,9 +48,9 @@ from mate_core.plans import SparseAttentionPlan
 from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build, profile_name
 from ._sparse_macros import row_mode
-from .sparse_schedule import CANDIDATES, TILES, Schedule, choose_schedule
+from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, Schedule, choose_schedule
 
-__all__ = ["sparse_attention", "schedule_for", "specializations", "MERGE_THREADS"]
+__all__ = ["sparse_attention", "schedule_for", "specializations", "union_enabled", "UNION_ENV", "MERGE_THREADS"]
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 VEC = 8  # elements per 16-byte K/V access
@@ -94,10 +100,22 @@ def _ids(plan: SparseAttentionPlan) -> torch.Tensor:
     return plan.selected_kv_indices if plan.kv_layout == "physical" else plan.token_indices
 
 
+UNION_ENV = "MATE_SPARSE_UNION"
+
+
+def union_enabled() -> bool:
+    """Whether the prefill schedule may use the row-group union path (``MATE_SPARSE_UNION=1``; default 0)."""
+    value = os.environ.get(UNION_ENV, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"environment variable {UNION_ENV} must be '0' or '1', got {value!r}")
+    return value == "1"
+
+
 def schedule_for(plan: SparseAttentionPlan) -> Schedule:
     """The schedule ``sparse_attention`` uses for ``plan`` (exposed for tests and benchmarks)."""
     hkv = plan.key.shape[-2]
-    return choose_schedule(plan.rows, hkv, _ids(plan).shape[1], plan.num_splits, _sm_count(_dev(plan.query)))
+    return choose_schedule(plan.rows, hkv, _ids(plan).shape[1], plan.num_splits, _sm_count(_dev(plan.query)),
+                           union_enabled())  # fmt: skip
 
 
 def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32") -> tuple[Any, ...]:
@@ -241,15 +259,25 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     has_lse = int(lse is not None)
     if lse is None:
         lse = _dummies(device)["float32"].expand(rows, hq)
+    unu, u_rows, max_nu = _dummies(device)["int"], 0, 0
+    if sched.union_rows and not wide:
+        # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
+        # kernel below skips exactly those groups' rows and computes the others.
+        from .sparse_union import prepare_union, union_attention  # sparse_union imports this module
+
+        u_rows = sched.union_rows
+        max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
+        u, unu, counts = prepare_union(plan, u_rows, "fused")
+        union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
     direct = sched.splits == 1
     if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
         part_o, part_l = _dummies(device)["part_o"], _dummies(device)["part_l"]
     else:
         part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
         part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, _ids(plan), table, part_o, part_l, gate, plan.out, lse,
+    main(q, kf, vf, _ids(plan), table, part_o, part_l, gate, plan.out, lse, unu,
          *_row_args(plan, table.shape[1] * page_size), pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
-         float(plan.scale), sched.splits, int(direct), has_gate, has_lse)  # fmt: skip
+         float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu)  # fmt: skip
     if not direct:
         merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
         merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)

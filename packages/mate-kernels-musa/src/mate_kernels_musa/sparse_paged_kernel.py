@@ -90,12 +90,16 @@ def sparse_paged_kernel(
     int32 block table; OP [splits, rows, Hq, D] float32 normalized partial outputs;
     LP [splits, rows, Hq] float32 partial LSE (natural log, -inf when empty) (1-element
     dummies when ``direct``); GATE [rows, Hq, D] ``gate_dtype``, OUT [rows, Hq, D] ``dtype``
-    and LSE [rows, Hq] float32, runtime strides, written only when ``direct``; CU [R+1] int32 cu_seqlens_q; R3 [3, rows] int32 per-row (request,
+    and LSE [rows, Hq] float32, runtime strides, written only when ``direct``; UNU
+    [n_groups] int32 union sizes of the row groups of the union path (a dummy when
+    ``u_rows == 0``); CU [R+1] int32 cu_seqlens_q; R3 [3, rows] int32 per-row (request,
     local index, row count); SLQ / SLK [R] int32 lengths; QP [rows] int32 positions (the
     metadata a call lacks is a 1-element dummy, flagged off). Scalars: row mode, q_len, binary-search steps,
     KV capacity (max_pages * page_size), the has_* flags, pages, page_size, Hkv, the K/V
     page/slot/head strides in 16-byte units, scale, the split count (grid z), ``direct``
-    (1 = one split, epilogue writes OUT/LSE) and the has_gate / has_lse flags.
+    (1 = one split, epilogue writes OUT/LSE), the has_gate / has_lse flags, ``u_rows`` and
+    ``max_nu``: with ``u_rows > 0``, row ``r`` is skipped (no gather, nothing written) when
+    ``UNU[r // u_rows] <= max_nu`` (the union kernel wrote it).
     """
     import tilelang.language as T
 
@@ -112,6 +116,7 @@ def sparse_paged_kernel(
 
     rows, hq, n_tok, n_req, max_pages, nk, nv = T.dynamic("rows, hq, n_tok, n_req, max_pages, nk, nv")
     o_s, o_r, o_h = T.dynamic("o_s, o_r, o_h")  # partials: a 1-element dummy under the direct epilogue
+    n_ug = T.dynamic("n_ug")
     sg = T.dynamic("sg0, sg1, sg2", "int64")
     so = T.dynamic("so0, so1, so2", "int64")
     sl = T.dynamic("sl0, sl1", "int64")
@@ -143,6 +148,7 @@ def sparse_paged_kernel(
         GATE: T.StridedTensor([rows, hq, D], sg, gate_dtype),
         OUT: T.StridedTensor([rows, hq, D], so, dtype),
         LSE: T.StridedTensor([rows, hq], sl, acc),
+        UNU: T.Tensor([n_ug], "int32"),
         CU: T.StridedTensor([n_cu], [s_cu], "int32"),
         R3: T.Tensor([3, n_r3], "int32"),
         SLQ: T.StridedTensor([n_slq], [s_slq], "int32"),
@@ -169,6 +175,8 @@ def sparse_paged_kernel(
         direct: T.int32,
         has_gate: T.int32,
         has_lse: T.int32,
+        u_rows: T.int32,
+        max_nu: T.int32,
     ):
         with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
             if min_blocks > 1:
@@ -201,6 +209,11 @@ def sparse_paged_kernel(
             tok1 = T.alloc_var("int32", init=T.min(n_tok, blk1 * BN))
             k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
             v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
+            # Rows of a group the union kernel took (union size <= max_nu) are not touched here.
+            skip = T.alloc_var("int32", init=0)
+            if u_rows > 0:
+                if UNU[r // u_rows] <= max_nu:
+                    skip = 1
             if eager:
                 tx = T.get_thread_binding()
                 red_s = T.alloc_shared([threads // 32], "int32", scope="shared")
@@ -223,7 +236,7 @@ def sparse_paged_kernel(
             T.fill(l_i, 0)
             T.fill(m_i, M_INIT)
 
-            for c in T.serial(T.ceildiv(T.max(blk1 - blk0, 0), chunk_blocks)):
+            for c in T.serial(T.ceildiv(T.max(blk1 - blk0, 0), chunk_blocks) * (1 - skip)):
                 cb = blk0 + c * chunk_blocks
                 if eager:
                     if c > 0:
@@ -263,36 +276,37 @@ def sparse_paged_kernel(
                     T.copy(acc_s, p_s)
                     T.gemm(p_s, v_s, acc_o)
 
-            if direct != 0:
-                # One split: gate, output dtype and LSE here; no partials, no merge launch.
-                for g, d in T.Parallel(H, D):
-                    if g < G:
-                        OUT[r, hk * G + g, d] = T.cast(
-                            T.if_then_else(
-                                l_i[g] > 0,
-                                acc_o[g, d]
-                                / l_i[g]
-                                * T.if_then_else(
-                                    has_gate != 0, 1 / (1 + T.exp(-T.cast(GATE[r, hk * G + g, d], acc))), 1
+            if skip == 0:
+                if direct != 0:
+                    # One split: gate, output dtype and LSE here; no partials, no merge launch.
+                    for g, d in T.Parallel(H, D):
+                        if g < G:
+                            OUT[r, hk * G + g, d] = T.cast(
+                                T.if_then_else(
+                                    l_i[g] > 0,
+                                    acc_o[g, d]
+                                    / l_i[g]
+                                    * T.if_then_else(
+                                        has_gate != 0, 1 / (1 + T.exp(-T.cast(GATE[r, hk * G + g, d], acc))), 1
+                                    ),
+                                    0,
                                 ),
-                                0,
-                            ),
-                            dtype,
-                        )
-                if has_lse != 0:
+                                dtype,
+                            )
+                    if has_lse != 0:
+                        for g in T.Parallel(H):
+                            if g < G:
+                                LSE[r, hk * G + g] = T.if_then_else(
+                                    l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
+                                )
+                else:
+                    for g, d in T.Parallel(H, D):
+                        if g < G:
+                            OP[s, r, hk * G + g, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
                     for g in T.Parallel(H):
                         if g < G:
-                            LSE[r, hk * G + g] = T.if_then_else(
+                            LP[s, r, hk * G + g] = T.if_then_else(
                                 l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
                             )
-            else:
-                for g, d in T.Parallel(H, D):
-                    if g < G:
-                        OP[s, r, hk * G + g, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
-                for g in T.Parallel(H):
-                    if g < G:
-                        LP[s, r, hk * G + g] = T.if_then_else(
-                            l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
-                        )
 
     return main

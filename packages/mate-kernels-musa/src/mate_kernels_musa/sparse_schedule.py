@@ -26,7 +26,18 @@ Heuristic for ``num_splits=None`` (plan value 0), with ``work = rows * Hkv`` (CT
 one split) and ``sms`` the device's multiprocessor count:
 
 * ``work >= PREFILL_MIN_WAVES * sms`` -> the prefill schedule: no split, one CTA per
-  (row, KV head); neighbouring rows run in neighbouring CTAs and share blocks through L2;
+  (row, KV head); neighbouring rows run in neighbouring CTAs and share blocks through L2.
+  Opt-in (environment ``MATE_SPARSE_UNION=1``), with ``T <= UNION_MAX_WIDTH`` the rows are
+  also grouped by ``UNION_ROWS``: a one-kernel
+  prep measures each group's union of selected cache rows, and groups whose union holds at
+  most ``UNION_MAX_FILL`` of their ``R * T`` slots go to the union kernel, which gathers
+  each union token once for the group (:mod:`.sparse_union`); the paged kernel skips them.
+  Measured on the 4096-row shapes (R = 4): the union kernel takes 1823 us where the rows
+  share ~90% of their blocks (union fill 0.32; the paged kernel 3209 us) and 4323 us with
+  uniform blocks (fill 0.98; paged 3418 us), i.e. it breaks even near a fill of 0.7; 0.6
+  keeps a margin. But the whole path (prep, union kernel, merge) adds ~0.7 ms whichever
+  path the groups take: end to end (H200, 2026-11-29) the overlap prefill went from 3177 to
+  2510 us and the uniform one from 3587 to 4320 us, so it is not the default;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
@@ -76,7 +87,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Tile", "Schedule", "W4", "W2", "N64", "W4_LAZY", "W4_C32", "TILES", "CANDIDATES", "choose_schedule"]
+__all__ = [
+    "Tile", "Schedule", "W4", "W2", "N64", "W4_LAZY", "W4_C32", "TILES", "CANDIDATES", "choose_schedule",
+    "UNION_ROWS", "UNION_MAX_WIDTH", "UNION_MAX_FILL",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,11 @@ class Tile:
 class Schedule:
     tile: Tile
     splits: int
+    union_rows: int = 0  # > 0: row groups of this size whose selections overlap take the union path
+
+    @property
+    def label(self) -> str:
+        return f"{self.tile.name}/splits={self.splits}" + (f"/union={self.union_rows}" if self.union_rows else "")
 
 
 W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
@@ -110,9 +129,12 @@ CANDIDATES = {t.name: t for t in (W2, N64, W4_LAZY, W4_C32)}  # measured alterna
 PREFILL_MIN_WAVES = 4
 DECODE_TARGET_WAVES = 3
 MIN_SLOTS_PER_SPLIT = 64
+UNION_ROWS = 4  # rows per group of the union path (the union kernel's 64-row tile)
+UNION_MAX_WIDTH = 2560  # selection width the one-kernel union prep holds (sparse_union.PREP_T_CAP)
+UNION_MAX_FILL = 0.6  # a group takes the union path iff its union has <= this share of R * T slots
 
 
-def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int) -> Schedule:
+def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, union: bool = False) -> Schedule:
     """Pick the tile and split count of one call.
 
     Parameters
@@ -123,12 +145,14 @@ def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int) 
         The plan's value: 0 = choose, else the forced split count.
     sms : int
         Multiprocessors of the device.
+    union : bool
+        Allow the prefill schedule's row-group union path (opt-in: ``MATE_SPARSE_UNION=1``).
     """
     work = max(rows * hkv, 1)
     if num_splits > 0:
         return Schedule(W4, num_splits)
     if work >= PREFILL_MIN_WAVES * sms:
-        return Schedule(W4, 1)
+        return Schedule(W4, 1, UNION_ROWS if union and n_tok <= UNION_MAX_WIDTH else 0)
     wanted = -(-DECODE_TARGET_WAVES * sms // work)
     cap = max(1, n_tok // MIN_SLOTS_PER_SPLIT)
     return Schedule(W4, max(1, min(wanted, cap)))

@@ -9,14 +9,14 @@
    rule); rows are padded with unused rows to a multiple of ``R``.
 2. The union prep builds each group's union ``U`` (distinct physical rows), its size
    ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count as often
-   as they appear). ``method="hash"`` (default while ``T <= PREP_T_CAP``):
-   :mod:`.sparse_union_hash_kernel`, one CTA per group, bucketed by hashed token in shared
-   memory, no sort; ``"sorted"``: ``torch.sort`` of each row, then
+   as they appear). ``method="hash"``: :mod:`.sparse_union_hash_kernel`, one CTA per group, bucketed by hashed token in shared
+   memory, no sort, ~1.0 ms on the 4096-row prefill shape; ``"sorted"``: ``torch.sort`` of each row, then
    :mod:`.sparse_union_prep_kernel` (binary searches; ~1.1 ms for R = 4 on the 4096-row
    prefill shape); ``"torch"`` (any ``T``): :func:`union_prep`, torch ops only (a segmented
-   sort of the group's ``R * T`` keys ``phys * R + row``; ~1.8 ms there); ``"fused"``:
-   steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`), compiled here but not yet
-   run on a GPU (opt-in until its tests pass).
+   sort of the group's ``R * T`` keys ``phys * R + row``; ~1.8 ms there); ``"fused"``
+   (default while ``T <= PREP_T_CAP``): steps 1-2 in one kernel
+   (:mod:`.sparse_union_fused_kernel`), 0.37-0.41 ms there, same union, order and counts
+   as ``"hash"`` (tested on the H200).
 3. :mod:`.sparse_union_kernel`, one CTA per (group, KV head), gathers each union token
    once for the ``R`` rows and writes FP32 partials + LSE in the paged kernel's format.
 4. :mod:`.sparse_merge_kernel` (one split) applies the gate and writes the caller's views.
@@ -27,11 +27,13 @@ a group may straddle requests (and padded rows).
 Measured on the H200 (``benchmarks/bench_sparse_union.py``, 4096-row prefill, 2051 slots,
 CUDA-graph medians; JSON in ``benchmarks/bench_sparse_union.h200.json``): with ~90%
 neighbour overlap the union of 4 rows holds 0.32 of their 8204 slots and R = 4 takes
-2858 us (prep 1027 + attention 1821) against 3263 us for ``sparse_launch`` and a 4077 us
-no-reuse floor (target 1835 us: not met; the attention alone is at it, the prep is not:
-resolve 130 us, hash prep ~900 us). With uniform random blocks the union is 0.98 of R T,
-each gathered token feeds R rows of MMA and R = 4 takes 5207 us (1.47x ``sparse_launch``):
-the union path only pays off when rows overlap.
+2858 us with the hash prep (1027 + attention 1821) and 2230 us with the fused prep (407 +
+1823) against 3209 us for the paged kernel alone and a 4077 us no-reuse floor. With uniform
+random blocks the union is 0.98 of R T, each gathered token feeds R rows of MMA and R = 4
+takes 4687 us (fused prep; 1.37x the paged kernel): the union only pays off when rows
+overlap. ``sparse_launch`` therefore uses it per group: the prefill schedule sends a group
+to the union kernel only when its union is small (``sparse_schedule.UNION_MAX_FILL``) and
+the paged kernel computes every other row.
 """
 
 from __future__ import annotations
@@ -300,13 +302,13 @@ def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int,
                   method: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups.
 
-    ``method``: one of ``PREP_METHODS``; None picks "hash" while ``T <= PREP_T_CAP``, else "torch"
+    ``method``: one of ``PREP_METHODS``; None picks "fused" while ``T <= PREP_T_CAP``, else "torch"
     (the kernels' shared-memory arrays hold ``PREP_T_CAP`` slots per row).
     """
     key, _, _, page_size = _paged_kv(plan)
     width = _ids(plan).shape[1]
     if method is None:
-        method = "hash" if width <= PREP_T_CAP else "torch"
+        method = "fused" if width <= PREP_T_CAP else "torch"
     if method not in PREP_METHODS:
         raise ValueError(f"method must be one of {PREP_METHODS} or None, got {method!r}")
     if method != "torch" and width > PREP_T_CAP:
@@ -326,8 +328,13 @@ def _count_dtype(counts: torch.Tensor) -> str:
 
 
 def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tensor, nu: torch.Tensor,
-                    counts: torch.Tensor, tile: UnionTile | None = None) -> None:  # fmt: skip
-    """Steps 3-4 of :func:`sparse_attention_union` on a prepared union (``union_prep``'s outputs)."""
+                    counts: torch.Tensor, tile: UnionTile | None = None, max_nu: int = 2**31 - 1) -> None:  # fmt: skip
+    """Steps 3-4 of :func:`sparse_attention_union` on a prepared union (``union_prep``'s outputs).
+
+    Groups with ``NU[g] > max_nu`` are skipped by the union kernel; the merge then writes
+    unspecified values into their rows, which the caller must overwrite (``sparse_launch``
+    runs the paged kernel on exactly those rows afterwards).
+    """
     key, value, _, page_size = _paged_kv(plan)
     q = plan.query
     rows, hq, dim = q.shape
@@ -344,7 +351,8 @@ def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tenso
     merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
     part_o = torch.empty((1, rows, hq, dim), dtype=torch.float32, device=q.device)
     part_l = torch.empty((1, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, u, nu, counts, part_o, part_l, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale))
+    main(q, kf, vf, u, nu, counts, part_o, part_l, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale),
+         min(max_nu, 2**31 - 1))  # fmt: skip
     lse = plan.lse
     has_lse = int(lse is not None)
     if lse is None:

@@ -76,7 +76,8 @@ def sparse_union_kernel(
     C [n_groups, R, W] ``count_dtype`` selection counts per (group, row, slot); OP [1, rows,
     Hq, D] float32 normalized outputs; LP [1, rows, Hq] float32 LSE (natural log, -inf
     when the row uses nothing). Scalars: page_size, Hkv, the K/V page/slot/head strides in
-    16-byte units, scale.
+    16-byte units, scale, ``max_nu``: groups with ``NU[g] > max_nu`` are skipped (their rows
+    are written by the paged kernel; see ``sparse_launch``).
     """
     import tilelang.language as T
 
@@ -112,6 +113,7 @@ def sparse_union_kernel(
         vs: T.int64,
         vh: T.int64,
         scale: T.float32,
+        max_nu: T.int32,
     ):
         with T.Kernel(n_grp, hkv, threads=threads) as (b, hk):
             if min_blocks > 1:
@@ -134,6 +136,8 @@ def sparse_union_kernel(
             alpha = T.alloc_fragment([M], acc)
 
             nu = T.alloc_var("int32", init=NU[b])
+            # A group whose union exceeds max_nu is left to the paged kernel: no work, no writes.
+            run = T.alloc_var("int32", init=T.if_then_else(nu <= max_nu, 1, 0))
             k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
             v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
             sl2 = scale * LOG2E
@@ -149,7 +153,7 @@ def sparse_union_kernel(
             T.fill(l_i, 0)
             T.fill(m_i, M_INIT)
 
-            for c in T.serial(T.ceildiv(nu, CH)):
+            for c in T.serial(T.ceildiv(nu, CH) * run):
                 cb = c * CH
                 for j in T.Parallel(CH):
                     u = cb + j
@@ -189,11 +193,11 @@ def sparse_union_kernel(
 
             for g, d in T.Parallel(M, D):
                 row = b * R + g // H
-                if g < H * R and g % H < G and row < rows:
+                if g < H * R and g % H < G and row < rows and run != 0:
                     OP[0, row, hk * G + g % H, d] = T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0)
             for g in T.Parallel(M):
                 row = b * R + g // H
-                if g < H * R and g % H < G and row < rows:
+                if g < H * R and g % H < G and row < rows and run != 0:
                     LP[0, row, hk * G + g % H] = T.if_then_else(
                         l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc)
                     )
