@@ -5,7 +5,7 @@ No ``from __future__ import annotations`` here: TileLang reads macro annotations
 
 from typing import Any
 
-__all__ = ["row_mode", "resolve_row_limit", "resolve_row_limit_parallel"]
+__all__ = ["row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "kv_tile_gather", "online_softmax_step"]
 
 
 class row_mode:
@@ -142,3 +142,51 @@ def resolve_row_limit_parallel(threads: int) -> Any:
         return limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp)
 
     return resolve
+
+
+def kv_tile_gather(block_n: int, dim: int) -> Any:
+    """Macro ``gather(k_s, v_s, KF, VF, koff_s, voff_s, base)``: K/V rows of slots ``base ..
+    base + block_n`` into shared memory.
+
+    ``KF``/``VF`` are ``[n, 8]`` 16-byte-row views and ``koff_s``/``voff_s`` the slots' row
+    offsets; an element copy with an indirect row index becomes 16-byte ``cp.async`` (and an
+    offset one past the end a zero fill through the bounds predicate).
+    """
+    import tilelang.language as T
+
+    @T.macro
+    def gather(k_s, v_s, KF, VF, koff_s, voff_s, base):
+        for j, d in T.Parallel(block_n, dim):
+            k_s[j, d] = KF[koff_s[base + j] + d // 8, d % 8]
+        for j, d in T.Parallel(block_n, dim):
+            v_s[j, d] = VF[voff_s[base + j] + d // 8, d % 8]
+
+    return gather
+
+
+def online_softmax_step(rows: int, dim: int) -> Any:
+    """Macro ``step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)``: one FP32 online-softmax
+    update (log2 domain) of ``rows`` score rows and the P V product.
+
+    ``acc_s`` holds the masked, scaled (log2e folded in) scores of one tile; ``m_i``/``l_i``
+    the running max and sum, ``acc_o`` the unnormalized output.
+    """
+    import tilelang.language as T
+
+    @T.macro
+    def step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s):
+        T.copy(m_i, m_prev)
+        T.reduce_max(acc_s, m_i, dim=1, clear=False)
+        for g in T.Parallel(rows):
+            alpha[g] = T.exp2(m_prev[g] - m_i[g])
+        for g, j in T.Parallel(rows, acc_s.shape[1]):
+            acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
+        T.reduce_sum(acc_s, l_blk, dim=1)
+        for g in T.Parallel(rows):
+            l_i[g] = l_i[g] * alpha[g] + l_blk[g]
+        for g, d in T.Parallel(rows, dim):
+            acc_o[g, d] = acc_o[g, d] * alpha[g]
+        T.copy(acc_s, p_s)
+        T.gemm(p_s, v_s, acc_o)
+
+    return step

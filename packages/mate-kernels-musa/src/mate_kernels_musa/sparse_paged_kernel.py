@@ -29,7 +29,7 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import resolve_row_limit, resolve_row_limit_parallel
+from ._sparse_macros import kv_tile_gather, online_softmax_step, resolve_row_limit, resolve_row_limit_parallel
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
@@ -111,6 +111,8 @@ def sparse_paged_kernel(
     acc = "float32"
     off_t = "int64" if wide else "int32"
     resolve = resolve_row_limit()
+    gather = kv_tile_gather(BN, D)
+    softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
 
@@ -255,26 +257,11 @@ def sparse_paged_kernel(
                                  kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
 
                 for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
-                    for j, d in T.Parallel(BN, D):
-                        k_s[j, d] = KF[koff_s[k * BN + j] + d // 8, d % 8]
-                    for j, d in T.Parallel(BN, D):
-                        v_s[j, d] = VF[voff_s[k * BN + j] + d // 8, d % 8]
+                    gather(k_s, v_s, KF, VF, koff_s, voff_s, k * BN)
                     T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
                     for g, j in T.Parallel(H, BN):
                         acc_s[g, j] = T.if_then_else(koff_s[k * BN + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
-                    T.copy(m_i, m_prev)
-                    T.reduce_max(acc_s, m_i, dim=1, clear=False)
-                    for g in T.Parallel(H):
-                        alpha[g] = T.exp2(m_prev[g] - m_i[g])
-                    for g, j in T.Parallel(H, BN):
-                        acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
-                    T.reduce_sum(acc_s, l_blk, dim=1)
-                    for g in T.Parallel(H):
-                        l_i[g] = l_i[g] * alpha[g] + l_blk[g]
-                    for g, d in T.Parallel(H, D):
-                        acc_o[g, d] = acc_o[g, d] * alpha[g]
-                    T.copy(acc_s, p_s)
-                    T.gemm(p_s, v_s, acc_o)
+                    softmax_step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)
 
             if skip == 0:
                 if direct != 0:

@@ -19,6 +19,7 @@ selection: ``exp(s + ln c) = c exp(s)`` counts a duplicated token ``c`` times.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
+from ._sparse_macros import kv_tile_gather, online_softmax_step
 from .sparse_paged_kernel import DIM, HEAD_TILE, LN2, LOG2E, M_INIT
 
 __all__ = ["sparse_union_kernel"]
@@ -90,6 +91,8 @@ def sparse_union_kernel(
     CH = block_n * chunk_blocks
     acc = "float32"
     off_t = "int64" if wide else "int32"
+    gather = kv_tile_gather(BN, D)
+    softmax_step = online_softmax_step(M, D)
 
     rows, hq, n_grp, width, nk, nv = T.dynamic("rows, hq, n_grp, width, nk, nv")
     sq = T.dynamic("sq0, sq1, sq2", "int64")
@@ -169,27 +172,12 @@ def sparse_union_kernel(
 
                 trips = chunk_blocks if num_stages > 1 else T.min(chunk_blocks, T.ceildiv(nu - cb, BN))
                 for k in T.Pipelined(trips, num_stages=num_stages):
-                    for j, d in T.Parallel(BN, D):
-                        k_s[j, d] = KF[koff_s[k * BN + j] + d // 8, d % 8]
-                    for j, d in T.Parallel(BN, D):
-                        v_s[j, d] = VF[voff_s[k * BN + j] + d // 8, d % 8]
+                    gather(k_s, v_s, KF, VF, koff_s, voff_s, k * BN)
                     T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
                     # Online softmax step (log2 domain); the bias is -inf where the row does not use the slot.
                     for g, j in T.Parallel(M, BN):
                         acc_s[g, j] = acc_s[g, j] * sl2 + bias_s[T.min(g // H, R - 1), k * BN + j]
-                    T.copy(m_i, m_prev)
-                    T.reduce_max(acc_s, m_i, dim=1, clear=False)
-                    for g in T.Parallel(M):
-                        alpha[g] = T.exp2(m_prev[g] - m_i[g])
-                    for g, j in T.Parallel(M, BN):
-                        acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
-                    T.reduce_sum(acc_s, l_blk, dim=1)
-                    for g in T.Parallel(M):
-                        l_i[g] = l_i[g] * alpha[g] + l_blk[g]
-                    for g, d in T.Parallel(M, D):
-                        acc_o[g, d] = acc_o[g, d] * alpha[g]
-                    T.copy(acc_s, p_s)
-                    T.gemm(p_s, v_s, acc_o)
+                    softmax_step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)
 
             for g, d in T.Parallel(M, D):
                 row = b * R + g // H
