@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.checks import check_agreement
 from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
 
 HQ, HKV, D = 24, 2, 256
@@ -226,31 +227,46 @@ def _sweep(plan, ref_out: torch.Tensor, reps: int, splits_list: tuple[int, ...])
             sched = Schedule(tile, splits)
             plan.out.fill_(float("nan"))
             sparse_attention(plan, sched)
-            err = float((plan.out.double() - ref_out.double()).norm() / ref_out.double().norm())
+            err = check_agreement(f"sweep {tile.name}/splits={splits}", plan.out, ref_out)
             t = time_cuda_graph(lambda s=sched: sparse_attention(plan, s), reps=reps)
             out.append({"tile": tile.name, "splits": splits, "us": t["median_us"], "rel_l2_vs_torch": err})
     return out
 
 
-def _union_timing(plan, ref_out: torch.Tensor, reps: int) -> dict[str, Any]:
+def _union_timing(name: str, plan, ref_out: torch.Tensor, reps: int) -> dict[str, Any]:
     """The same call with the opt-in row-group union path (``MATE_SPARSE_UNION=1``)."""
     import os
+    from unittest import mock
 
     from mate_kernels_musa.sparse_launch import UNION_ENV, sparse_attention
 
-    old = os.environ.get(UNION_ENV)
-    os.environ[UNION_ENV] = "1"
-    try:
+    with mock.patch.dict(os.environ, {UNION_ENV: "1"}):
         plan.out.fill_(float("nan"))
         sparse_attention(plan)
-        err = float((plan.out.double() - ref_out.double()).norm() / ref_out.double().norm())
+        err = check_agreement(f"{name} union", plan.out, ref_out)
         t = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
-    finally:
-        if old is None:
-            del os.environ[UNION_ENV]
-        else:
-            os.environ[UNION_ENV] = old
     return {"union_us": t["median_us"], "union_rel_l2_vs_torch": err}
+
+
+def _timed_row(name: str, kw: dict[str, Any], ids: str, sched, native: dict[str, float],
+               ceil: dict[str, float]) -> dict[str, Any]:  # fmt: skip
+    """The fields every timed row carries: shape, schedule, native percentiles, floors and ratios."""
+    floor = _floor_us(kw, ceil["copy_TBps"])
+    floor_design = _floor_us(kw, DESIGN_COPY_TBPS)
+    return {
+        "name": name,
+        "rows": kw["query"].shape[0],
+        "width": kw[ids].shape[1],
+        "schedule": sched.label,
+        "native_us": native["median_us"],
+        "native_p10_us": native["p10_us"],
+        "native_p90_us": native["p90_us"],
+        "floor_us": floor,
+        "ratio_to_floor": native["median_us"] / floor,
+        "floor_us_at_4.27TBps": floor_design,
+        "ratio_to_floor_at_4.27TBps": native["median_us"] / floor_design,
+        "target_ratio": TARGETS[name.removesuffix("_physical")],
+    }
 
 
 def bench_physical(name: str, kw: dict[str, Any], meta, ref: tuple[torch.Tensor, torch.Tensor],
@@ -264,26 +280,13 @@ def bench_physical(name: str, kw: dict[str, Any], meta, ref: tuple[torch.Tensor,
     sparse_attention(plan)
     ref_out, ref_lse = ref
     gated = plan.out.float() * torch.sigmoid(kw["gate"].float())[..., None]
+    err = check_agreement(f"{name}_physical", gated, ref_out)
     native = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
-    sched = schedule_for(plan)
-    floor = _floor_us(pkw, ceil["copy_TBps"])
-    floor_design = _floor_us(pkw, DESIGN_COPY_TBPS)
     return {
-        "name": f"{name}_physical",
-        "rows": pkw["query"].shape[0],
-        "width": pkw["selected_kv_indices"].shape[1],
-        "schedule": sched.label,
-        "native_us": native["median_us"],
-        "native_p10_us": native["p10_us"],
-        "native_p90_us": native["p90_us"],
-        "floor_us": floor,
-        "ratio_to_floor": native["median_us"] / floor,
-        "floor_us_at_4.27TBps": floor_design,
-        "ratio_to_floor_at_4.27TBps": native["median_us"] / floor_design,
-        "target_ratio": TARGETS[name],
+        **_timed_row(f"{name}_physical", pkw, "selected_kv_indices", schedule_for(plan), native, ceil),
         "paged_us": paged_us,
         "vs_paged": native["median_us"] / paged_us,
-        "rel_l2_vs_torch": float((gated.double() - ref_out.double()).norm() / ref_out.double().norm()),
+        "rel_l2_vs_torch": err,
         "lse_err_vs_torch": float((plan.lse - ref_lse).abs().max()),
     }
 
@@ -299,28 +302,14 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
     sparse_attention(plan)
     meta = _positions(kw)
     ref_out, ref_lse = torch_path(kw, meta)
-    err = float((plan.out.double() - ref_out.double()).norm() / ref_out.double().norm())
+    err = check_agreement(name, plan.out, ref_out)
     lse_err = float((plan.lse - ref_lse).abs().max())
     native = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
     native_wf = time_cuda_graph(lambda: sparse_attention(plan), reps=reps, flush_mode="write")
-    sched = schedule_for(plan)
     torch_t = time_cuda_graph(lambda: torch_path(kw, meta), reps=max(5, reps // 10))
-    floor = _floor_us(kw, ceil["copy_TBps"])
-    floor_design = _floor_us(kw, DESIGN_COPY_TBPS)
     row: dict[str, Any] = {
-        "name": name,
-        "rows": kw["query"].shape[0],
-        "width": kw["token_indices"].shape[1],
-        "schedule": sched.label,
-        "native_us": native["median_us"],
-        "native_p10_us": native["p10_us"],
-        "native_p90_us": native["p90_us"],
+        **_timed_row(name, kw, "token_indices", schedule_for(plan), native, ceil),
         "native_write_flush_us": native_wf["median_us"],
-        "floor_us": floor,
-        "ratio_to_floor": native["median_us"] / floor,
-        "floor_us_at_4.27TBps": floor_design,
-        "ratio_to_floor_at_4.27TBps": native["median_us"] / floor_design,
-        "target_ratio": TARGETS[name],
         "public_best_us": PUBLIC_US[name],
         "torch_us": torch_t["median_us"],
         "speedup_vs_torch": torch_t["median_us"] / native["median_us"],
@@ -340,7 +329,7 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
         except Exception as exc:  # report, do not fail the whole benchmark
             row["flex_note"] = f"FlexAttention failed: {type(exc).__name__}: {str(exc)[:300]}"
     if name.startswith("prefill"):
-        row.update(_union_timing(plan, ref_out, reps))
+        row.update(_union_timing(name, plan, ref_out, reps))
     if sweep:
         splits_list = (1, 2, 3, 4, 6, 8) if name.startswith("decode") else (1, 2)
         row["sweep"] = _sweep(plan, ref_out, max(10, reps // 4), splits_list)

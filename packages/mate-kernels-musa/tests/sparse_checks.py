@@ -1,34 +1,18 @@
 """Checks shared by the native sparse-attention GPU tests: native plan vs the FP32 reference.
 
-Loaded by file path, like ``sparse_cases.py`` (the suite uses ``--import-mode=importlib``);
-``load(name)`` loads either helper module once per process.
+Registered as ``mate_kernels_musa_tests_sparse_checks`` by ``conftest.py`` (the suite uses
+``--import-mode=importlib``, so helpers next to the tests are not importable by file name).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
+import mate_kernels_musa_tests_sparse_cases as cases  # registered by conftest.py
 import torch
 
 REL_L2 = 1e-2
 LSE_TOL = 1e-2
-
-
-def load(stem: str):
-    """The test helper module ``<stem>.py`` next to this file (loaded once)."""
-    name = f"mate_kernels_musa_tests_{stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{stem}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cases = load("sparse_cases")
 
 
 def reference(case):

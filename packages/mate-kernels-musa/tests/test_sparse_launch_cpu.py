@@ -9,11 +9,9 @@ are thereby checked against ``mate_reference`` on random problems without a GPU.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
+import mate_kernels_musa_tests_sparse_cases as cases  # registered by conftest.py
 import pytest
 import torch
 
@@ -21,19 +19,6 @@ from mate_core import plan_sparse_attention
 from mate_kernels_musa import sparse_launch
 from mate_kernels_musa._sparse_macros import row_mode
 from mate_kernels_musa.sparse_schedule import W4, choose_schedule
-
-
-def _load_cases():
-    name = "mate_kernels_musa_tests_sparse_cases"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_cases.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cases = _load_cases()
 
 
 def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, parallel=False):

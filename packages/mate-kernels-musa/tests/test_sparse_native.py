@@ -13,27 +13,12 @@ K/V, CUDA-graph replay with new metadata, bitwise determinism.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
 
-
-def _load_checks():
-    name = "mate_kernels_musa_tests_sparse_checks"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_checks.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-checks = _load_checks()
 cases = checks.cases
 _reference, _plans, _check, _run_case = checks.reference, checks.plans, checks.check, checks.run_case
 

@@ -18,28 +18,14 @@ Outputs are NaN-poisoned before each call; ``sparse_checks.check`` compares with
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
+import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
 
-
-def _load_checks():
-    name = "mate_kernels_musa_tests_sparse_checks"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_checks.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-checks = _load_checks()
 cases = checks.cases
 
 # (Hq, Hkv) covering every group 1..16 once, plus wider KV head counts.

@@ -14,28 +14,14 @@ new metadata, empty selections, bitwise determinism.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
+import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
 
-
-def _load_checks():
-    name = "mate_kernels_musa_tests_sparse_checks"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sparse_checks.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-checks = _load_checks()
 cases = checks.cases
 ROWS_PER_CTA = (2, 4, 5, 8)  # 5: the packed tile (5 rows x 12 heads in 64 rows)
 
