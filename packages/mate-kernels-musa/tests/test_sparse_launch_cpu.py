@@ -51,7 +51,7 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype):
     def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
             has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
-            has_gate, has_lse, u_rows, max_nu):  # fmt: skip
+            has_gate, has_lse, u_rows, max_nu, one_pipe):  # fmt: skip
         rows, hq, dim = Q.shape
         if direct:  # one split: the epilogue applies the gate and writes OUT/LSE (OP/LP are dummies)
             assert splits == 1 and OP.numel() == dim and LP.numel() == 1
@@ -234,6 +234,7 @@ def test_per_row_table() -> None:
 def test_schedule_heuristic() -> None:
     prefill = choose_schedule(4096, 2, 2051, 0, 132)
     assert prefill.splits == 1 and prefill.union_rows == 0  # prefill: one CTA per (row, head)
+    assert prefill.one_pipe and choose_schedule(64, 2, 2051, 0, 132).one_pipe  # one gather pipeline per split
     assert choose_schedule(4096, 2, 2051, 0, 132, union=True).union_rows == 4  # opt-in: union groups of 4
     assert choose_schedule(4096, 2, 2561, 0, 132, union=True).union_rows == 0  # wider than the union prep holds
     assert choose_schedule(4096, 2, 2051, 1, 132, union=True).union_rows == 0  # a forced split count

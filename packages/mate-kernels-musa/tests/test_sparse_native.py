@@ -91,6 +91,23 @@ def test_decode_canonical_width(gen: torch.Generator) -> None:
         _run_case(case)
 
 
+@pytest.mark.parametrize("query_kind", ["cu", "t2r", "padded"])
+def test_pipeline_modes(query_kind: str, gen: torch.Generator) -> None:
+    """Both gather pipelines (one per split / one per chunk) on selections of several 512-slot chunks."""
+    from mate_kernels_musa.sparse_launch import sparse_attention
+    from mate_kernels_musa.sparse_schedule import W4, Schedule
+
+    width = 1500 + int(torch.randint(0, 552, (1,), generator=gen))
+    case = cases.random_case(gen, max_rows=40, max_width=2051, width=width, query_kind=query_kind,
+                             num_splits=None).to("cuda")  # fmt: skip
+    native, ref = _plans(case)
+    for splits in (1, 3):
+        for one_pipe in (True, False):
+            native.out.fill_(float("nan"))
+            sparse_attention(native, Schedule(W4, splits, one_pipe=one_pipe))
+            _check(native, ref, case)
+
+
 def test_padded_kv(gen: torch.Generator) -> None:
     """Padded [R, S, Hkv, D] K/V with a padded query runs as one page per request."""
     from mate_kernels_musa import sparse_attention

@@ -277,7 +277,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
         part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
     main(q, kf, vf, _ids(plan), table, part_o, part_l, gate, plan.out, lse, unu,
          *_row_args(plan, table.shape[1] * page_size), pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
-         float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu)  # fmt: skip
+         float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe))  # fmt: skip
     if not direct:
         merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
         merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)

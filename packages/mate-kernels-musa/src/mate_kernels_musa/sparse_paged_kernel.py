@@ -14,8 +14,11 @@ Masking follows ``semantics.md``. The row's request and last usable token id
 iff ``0 <= t <= lim`` and its page ``block_table[req, t // page_size]`` is in
 ``[0, pages)``. The physical path (``selected_kv_indices``) is the ``PHYSICAL`` row
 mode over one page of ``N`` slots: ``lim = N - 1``, page 0 of a 1 x 1 zero table, so
-ids in ``[0, N)`` are used as K/V rows with no causal or length filter. The CTA resolves ``CH`` slots at a time into K/V row offsets in
-shared memory; a masked slot gets the offset one past the end of K/V, so the
+ids in ``[0, N)`` are used as K/V rows with no causal or length filter. The CTA resolves
+``CH`` slots (a chunk) at a time into K/V row offsets in shared memory, in one gather
+pipeline over its whole split that resolves the next chunk during the current chunk's
+first block (runtime ``one_pipe``, eager tiles) or in one pipeline per chunk; a masked
+slot gets the offset one past the end of K/V, so the
 compiler's bounds predicate turns its 16-byte ``cp.async`` into a zero fill (no
 read, and no ``0 * NaN`` from an unused cache row) and its score is set to -inf.
 
@@ -77,9 +80,11 @@ def sparse_paged_kernel(
         Programmatic dependent launch: let the merge kernel launch (and wait) while this
         one still runs.
     eager : bool
-        Shorten the dependent-load chain before the first gather: the first chunk's token
-        ids are loaded before the row's request is resolved, and the ``cu_seqlens_q``
-        search is one parallel count instead of a binary search.
+        Shorten the dependent-load chains: the first chunk's token ids are loaded before the
+        row's request is resolved, the ``cu_seqlens_q`` search is one parallel count instead
+        of a binary search, and each chunk's resolution also loads the next chunk's token
+        ids (they arrive under the gathers). Eager kernels also take the runtime
+        ``one_pipe`` mode (below); lazy ones ignore it.
     gate_dtype : str
         Dtype of the gate view the direct epilogue reads ("float32" or ``dtype``).
 
@@ -99,7 +104,11 @@ def sparse_paged_kernel(
     page/slot/head strides in 16-byte units, scale, the split count (grid z), ``direct``
     (1 = one split, epilogue writes OUT/LSE), the has_gate / has_lse flags, ``u_rows`` and
     ``max_nu``: with ``u_rows > 0``, row ``r`` is skipped (no gather, nothing written) when
-    ``UNU[r // u_rows] <= max_nu`` (the union kernel wrote it).
+    ``UNU[r // u_rows] <= max_nu`` (the union kernel wrote it); ``one_pipe``: 1 = one
+    software pipeline over the split's blocks, the next chunk resolved inside it (during
+    the chunk's first block) into the other half of double-buffered offset arrays, so the
+    gather never drains at a chunk boundary (faster when few CTAs share an SM's time, the
+    decode schedules); 0 = one pipeline per chunk (the prefill schedule).
     """
     import tilelang.language as T
 
@@ -115,6 +124,7 @@ def sparse_paged_kernel(
     softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
+    NBUF = 2 if eager else 1  # chunk buffers of slot offsets (the one-pipeline mode alternates two)
 
     rows, hq, n_tok, n_req, max_pages, nk, nv = T.dynamic("rows, hq, n_tok, n_req, max_pages, nk, nv")
     o_s, o_r, o_h = T.dynamic("o_s, o_r, o_h")  # partials: a 1-element dummy under the direct epilogue
@@ -137,6 +147,31 @@ def sparse_paged_kernel(
         sl = T.max(t, 0) % page_size
         koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
         voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+
+    @T.macro
+    def load_ids(t_reg, TI, r, base, tok1, tx):
+        # This thread's token ids of the chunk starting at slot `base` (-1 past the split's end).
+        for k in T.unroll(PT):
+            t_reg[k] = T.if_then_else(base + k * threads + tx < tok1, TI[r, T.min(base + k * threads + tx, n_tok - 1)], -1)
+
+    @T.macro
+    def resolve_chunk(c, t_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end,
+                      v_end, b0, tok1, TI, r, tx):  # fmt: skip
+        # Chunk c (counted from block b0; ids already in t_reg) into buffer c % 2, then chunk c + 1's ids into t_reg.
+        for k in T.unroll(PT):
+            put_slot((c % 2) * CH + k * threads + tx, t_reg[k], lim, req, hk, BT, pages, page_size,
+                     kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
+        load_ids(t_reg, TI, r, (b0 + (c + 1) * chunk_blocks) * BN, tok1, tx)
+
+    @T.macro
+    def block_step(base, q_s, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_i, l_blk,
+                   acc_o):  # fmt: skip
+        # Slots base .. base + BN of the offset buffers: gather, QK, mask, online softmax, PV.
+        gather(k_s, v_s, KF, VF, koff_s, voff_s, base)
+        T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
+        for g, j in T.Parallel(H, BN):
+            acc_s[g, j] = T.if_then_else(koff_s[base + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
+        softmax_step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)
 
     @T.prim_func
     def main(
@@ -179,6 +214,7 @@ def sparse_paged_kernel(
         has_lse: T.int32,
         u_rows: T.int32,
         max_nu: T.int32,
+        one_pipe: T.int32,
     ):
         with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
             if min_blocks > 1:
@@ -192,8 +228,8 @@ def sparse_paged_kernel(
             v_s = T.alloc_shared([BN, D], dtype)
             p_s = T.alloc_shared([H, BN], dtype)
             # Plain (static) shared memory: the dynamic pool would put a barrier before every copy.
-            koff_s = T.alloc_shared([CH], off_t, scope="shared")
-            voff_s = T.alloc_shared([CH], off_t, scope="shared")
+            koff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
+            voff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
 
             acc_s = T.alloc_fragment([H, BN], acc)
             acc_o = T.alloc_fragment([H, D], acc)
@@ -221,10 +257,7 @@ def sparse_paged_kernel(
                 red_s = T.alloc_shared([threads // 32], "int32", scope="shared")
                 t_reg = T.alloc_local([PT], "int32")
                 # Token ids do not depend on the request: their loads overlap its resolution.
-                for k in T.unroll(PT):
-                    t_reg[k] = T.if_then_else(
-                        blk0 * BN + k * threads + tx < tok1, TI[r, T.min(blk0 * BN + k * threads + tx, n_tok - 1)], -1
-                    )
+                load_ids(t_reg, TI, r, blk0 * BN, tok1, tx)
                 req, lim = resolve_par(
                     r, mode, q_len, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, tx, red_s
                 )
@@ -238,30 +271,33 @@ def sparse_paged_kernel(
             T.fill(l_i, 0)
             T.fill(m_i, M_INIT)
 
-            for c in T.serial(T.ceildiv(T.max(blk1 - blk0, 0), chunk_blocks) * (1 - skip)):
-                cb = blk0 + c * chunk_blocks
-                if eager:
-                    if c > 0:
-                        for k in T.unroll(PT):
-                            t_reg[k] = T.if_then_else(
-                                cb * BN + k * threads + tx < tok1, TI[r, T.min(cb * BN + k * threads + tx, n_tok - 1)], -1
-                            )
-                    for k in T.unroll(PT):
-                        put_slot(k * threads + tx, t_reg[k], lim, req, hk, BT, pages, page_size,
-                                 kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
-                else:
-                    for j in T.Parallel(CH):
-                        tok = cb * BN + j
-                        t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
-                        put_slot(j, t, lim, req, hk, BT, pages, page_size,
-                                 kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
-
-                for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
-                    gather(k_s, v_s, KF, VF, koff_s, voff_s, k * BN)
-                    T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
-                    for g, j in T.Parallel(H, BN):
-                        acc_s[g, j] = T.if_then_else(koff_s[k * BN + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
-                    softmax_step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)
+            nb = T.max(blk1 - blk0, 0) * (1 - skip)
+            if eager and one_pipe != 0:
+                if nb > 0:
+                    resolve_chunk(0, t_reg, lim, req, hk, BT, pages, page_size,
+                                  kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
+                for k in T.Pipelined(nb, num_stages=num_stages):
+                    # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
+                    block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, k_s, v_s, p_s, KF, VF,
+                               koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o)  # fmt: skip
+                    if k % chunk_blocks == 0 and k + chunk_blocks < nb:
+                        resolve_chunk(k // chunk_blocks + 1, t_reg, lim, req, hk, BT, pages, page_size,
+                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
+            else:
+                for c in T.serial(T.ceildiv(nb, chunk_blocks)):
+                    cb = blk0 + c * chunk_blocks
+                    if eager:
+                        resolve_chunk(0, t_reg, lim, req, hk, BT, pages, page_size,
+                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx)  # fmt: skip
+                    else:
+                        for j in T.Parallel(CH):
+                            tok = cb * BN + j
+                            t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
+                            put_slot(j, t, lim, req, hk, BT, pages, page_size,
+                                     kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
+                    for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
+                        block_step(k * BN, q_s, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2,
+                                   acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o)  # fmt: skip
 
             if skip == 0:
                 if direct != 0:

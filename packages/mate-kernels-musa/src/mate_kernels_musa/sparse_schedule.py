@@ -4,8 +4,29 @@ A schedule is a compile-time tile of :mod:`.sparse_paged_kernel` plus the runtim
 count. The production tile ``W4`` is 4 warps on a 16 x 32 score tile (mma m16n8k16,
 Q heads padded 12 -> 16 in shared memory), 512 slots resolved per chunk, launch bounds
 capping registers for 4 CTAs per SM, the ``eager`` prologue (first token ids loaded
-before the request search, a parallel ``cu_seqlens_q`` search) and PDL (the merge kernel
-launches while the paged kernel runs and waits on it with ``griddepcontrol.wait``).
+before the request search, a parallel ``cu_seqlens_q`` search, each chunk's ids loaded
+one chunk ahead), one gather pipeline per split (``Schedule.one_pipe``: the next chunk's
+slots are resolved inside the pipeline into a second offset buffer, so the gather does
+not drain at chunk boundaries) and PDL (the merge kernel launches while the paged kernel
+runs and waits on it with ``griddepcontrol.wait``).
+
+One pipeline per split against one per chunk, same kernel (H200, 2026-11-29, session 3,
+``.devrun``-style probe: CUDA-graph medians after a read flush, median of 3 interleaved
+rounds, one run, us; old W4 = the previous kernel, per-chunk pipeline without the
+next-chunk id load, from two other runs):
+
+=====================  =========  ==========  ==========
+case                   per chunk  one pipe    old W4
+=====================  =========  ==========  ==========
+decode 64 x 1 (4 spl)       96.3        90.6   91.1-92.0
+decode 64 x 4 (1 spl)      292.3       281.4  282.9-286.8
+prefill 4096, overlap       3230        3082   3178-3181
+prefill 4096, uniform       3556        3368   3390-3582
+=====================  =========  ==========  ==========
+
+A kernel with only the one-pipeline loop measured no better than old W4 on the prefill
+(3203 vs 3178 us in one run) and ~1% faster on decode; the shipped kernel keeps both
+loops behind the runtime switch (one specialization) and the benchmark sweep times both.
 
 Alternatives, measured on the issue-4 shapes (H200, ``benchmarks/bench_sparse.py`` and the
 probes behind the tables below, 2026-11-29, us):
@@ -105,7 +126,9 @@ class Tile:
     num_stages: int
     min_blocks: int
     pdl: bool = False  # programmatic dependent launch of the merge kernel
-    eager: bool = False  # token ids loaded before the request search; parallel cu_seqlens search
+    # Token ids loaded before the request search and one chunk ahead; parallel cu_seqlens
+    # search; the runtime one-pipeline mode (Schedule.one_pipe).
+    eager: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,10 +136,14 @@ class Schedule:
     tile: Tile
     splits: int
     union_rows: int = 0  # > 0: row groups of this size whose selections overlap take the union path
+    # Eager tiles: one software pipeline over each split (the next chunk resolved inside it);
+    # False = one pipeline per chunk (kept for the benchmark sweep; lazy tiles always do that).
+    one_pipe: bool = True
 
     @property
     def label(self) -> str:
-        return f"{self.tile.name}/splits={self.splits}" + (f"/union={self.union_rows}" if self.union_rows else "")
+        return (f"{self.tile.name}/splits={self.splits}" + (f"/union={self.union_rows}" if self.union_rows else "")
+                + ("" if self.one_pipe else "/per-chunk"))  # fmt: skip
 
 
 W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
