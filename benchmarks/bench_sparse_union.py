@@ -4,15 +4,15 @@ Cases ``prefill_overlap`` and ``prefill_uniform`` from :func:`benchmarks.bench_s
 (one request, 4096 rows at positions 126976..131071, 2051 selected tokens per row, bf16,
 24/2/256, page size 64, gate and LSE on). For each ``R`` (rows per CTA) and tile:
 
-* ``total_us``: the whole call (resolve kernel + union prep + union kernel + merge);
-* ``prep_us``: resolve + prep alone (default method); ``attn_us``: union kernel + merge on
+* ``total_us``: the whole call (union prep + union kernel + merge);
+* ``prep_us``: the prep alone (default method); ``attn_us``: union kernel + merge on
   a prepared union;
 * ``union_mean`` / ``union_frac``: mean union size per group and its fraction of ``R * T``
   (the K/V bytes moved into the SMs relative to per-row gathers).
 
 Per case, ``prep``: the prep methods timed alone for R = 4 (``resolve_us``: the resolve
-kernel; ``sort_us``: resolve + ``torch.sort`` of the rows; ``hash_us`` / ``sorted_us`` /
-``torch_us``: resolve + the whole prep of each method; ``fused_us``: the one-kernel prep). Beside them: today's path (``sparse_launch.sparse_attention``), the no-reuse floor
+kernel; ``torch_us``: resolve + the torch prep; ``fused_us``: the one-kernel prep). Beside
+them: today's path (``sparse_launch.sparse_attention``), the no-reuse floor
 (``bench_sparse._floor_us`` at the copy rate measured in the same run) and the targets
 (0.45x / 0.6x of the floor). Every variant's output and LSE are checked against the
 plain-PyTorch path before timing (``benchmarks.checks.check_agreement``). Timing: CUDA-graph
@@ -89,14 +89,11 @@ def bench_variant(plan, r: int, tile, method: str | None, ref: tuple[torch.Tenso
 
 
 def bench_prep(plan, r: int, reps: int) -> dict[str, Any]:
-    """Prep cost by method and step (resolve, sort) for ``R = r``."""
+    """Prep cost by method (and the resolve step of the torch method) for ``R = r``."""
     from mate_kernels_musa.sparse_union import prepare_union, resolve_physical
 
     steps = {
         "resolve_us": lambda: resolve_physical(plan, r),
-        "sort_us": lambda: torch.sort(resolve_physical(plan, r), dim=1),
-        "hash_us": lambda: prepare_union(plan, r, "hash"),
-        "sorted_us": lambda: prepare_union(plan, r, "sorted"),
         "torch_us": lambda: prepare_union(plan, r, "torch"),
         "fused_us": lambda: prepare_union(plan, r, "fused"),
     }

@@ -260,6 +260,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     if lse is None:
         lse = _dummies(device)["float32"].expand(rows, hq)
     unu, u_rows, max_nu = _dummies(device)["int"], 0, 0
+    row_args = _row_args(plan, table.shape[1] * page_size)  # once: the union prep takes it too
     if sched.union_rows and not wide:
         # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
         # kernel below skips exactly those groups' rows and computes the others.
@@ -267,7 +268,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
 
         u_rows = sched.union_rows
         max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
-        u, unu, counts = prepare_union(plan, u_rows, "fused")
+        u, unu, counts = prepare_union(plan, u_rows, "fused", row_args)
         union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
     direct = sched.splits == 1
     if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
@@ -276,7 +277,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
         part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
         part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
     main(q, kf, vf, _ids(plan), table, part_o, part_l, gate, plan.out, lse, unu,
-         *_row_args(plan, table.shape[1] * page_size), pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
+         *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
          float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe))  # fmt: skip
     if not direct:
         merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)

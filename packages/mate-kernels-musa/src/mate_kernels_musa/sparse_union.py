@@ -9,14 +9,12 @@
    rule); rows are padded with unused rows to a multiple of ``R``.
 2. The union prep builds each group's union ``U`` (distinct physical rows), its size
    ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count as often
-   as they appear). ``method="hash"``: :mod:`.sparse_union_hash_kernel`, one CTA per group, bucketed by hashed token in shared
-   memory, no sort, ~1.0 ms on the 4096-row prefill shape; ``"sorted"``: ``torch.sort`` of each row, then
-   :mod:`.sparse_union_prep_kernel` (binary searches; ~1.1 ms for R = 4 on the 4096-row
-   prefill shape); ``"torch"`` (any ``T``): :func:`union_prep`, torch ops only (a segmented
-   sort of the group's ``R * T`` keys ``phys * R + row``; ~1.8 ms there); ``"fused"``
-   (default while ``T <= PREP_T_CAP``): steps 1-2 in one kernel
-   (:mod:`.sparse_union_fused_kernel`), 0.37-0.41 ms there, same union, order and counts
-   as ``"hash"`` (tested on the H200).
+   as they appear). ``method="fused"`` (default while ``T <= PREP_T_CAP``): steps 1-2 in
+   one kernel (:mod:`.sparse_union_fused_kernel`, hash buckets in shared memory, no sort),
+   0.37-0.41 ms on the 4096-row prefill shape; ``"torch"`` (any ``T``): the resolve kernel,
+   then :func:`union_prep`, torch ops only (a segmented sort of the group's ``R * T`` keys
+   ``phys * R + row``; ~1.8 ms there). Both give the same unions and counts (the fused
+   kernel in its own deterministic order; tested on the H200).
 3. :mod:`.sparse_union_kernel`, one CTA per (group, KV head), gathers each union token
    once for the ``R`` rows and writes FP32 partials + LSE in the paged kernel's format.
 4. :mod:`.sparse_merge_kernel` (one split) applies the gate and writes the caller's views.
@@ -27,8 +25,8 @@ a group may straddle requests (and padded rows).
 Measured on the H200 (``benchmarks/bench_sparse_union.py``, 4096-row prefill, 2051 slots,
 CUDA-graph medians; JSON in ``benchmarks/bench_sparse_union.h200.json``): with ~90%
 neighbour overlap the union of 4 rows holds 0.32 of their 8204 slots and R = 4 takes
-2858 us with the hash prep (1027 + attention 1821) and 2230 us with the fused prep (407 +
-1823) against 3209 us for the paged kernel alone and a 4077 us no-reuse floor. With uniform
+2858 us with an earlier two-kernel prep (1027 + attention 1821) and 2230 us with the fused
+prep (407 + 1823) against 3209 us for the paged kernel alone and a 4077 us no-reuse floor. With uniform
 random blocks the union is 0.98 of R T, each gathered token feeds R rows of MMA and R = 4
 takes 4687 us (fused prep; 1.37x the paged kernel): the union only pays off when rows
 overlap. ``sparse_launch`` therefore uses it per group: the prefill schedule sends a group
@@ -45,14 +43,7 @@ import torch
 
 from mate_core.plans import SparseAttentionPlan
 
-from . import (
-    sparse_merge_kernel,
-    sparse_resolve_kernel,
-    sparse_union_fused_kernel,
-    sparse_union_hash_kernel,
-    sparse_union_kernel,
-    sparse_union_prep_kernel,
-)
+from . import sparse_merge_kernel, sparse_resolve_kernel, sparse_union_fused_kernel, sparse_union_kernel
 from ._build import build, profile_name
 from .sparse_launch import (
     _DTYPES,
@@ -77,8 +68,6 @@ __all__ = [
     "union_specializations",
     "resolve_physical",
     "union_prep",
-    "union_prep_native",
-    "union_prep_hash",
     "union_prep_fused",
     "prepare_union",
     "PREP_METHODS",
@@ -140,10 +129,8 @@ def union_specializations(
     wide: tuple[bool, ...] = (False,),
     count_dtypes: tuple[str, ...] = ("int16",),
 ) -> list[tuple[Any, tuple[Any, ...]]]:
-    """``(factory, consts)`` of the resolve kernel, the prep kernels and every union kernel for these geometries."""
-    prep = [(sparse_union_hash_kernel.sparse_union_hash_kernel, hash_consts(r)) for r in rows_per_cta]
-    prep += [(sparse_union_fused_kernel.sparse_union_fused_kernel, hash_consts(r)) for r in rows_per_cta]
-    prep += [(sparse_union_prep_kernel.sparse_union_prep_kernel, prep_consts(r)) for r in rows_per_cta]
+    """``(factory, consts)`` of the resolve kernel, the fused prep kernel and every union kernel for these geometries."""
+    prep = [(sparse_union_fused_kernel.sparse_union_fused_kernel, fused_consts(r)) for r in rows_per_cta]
     union = [
         (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))
         for g in groups for d in dtypes for r in rows_per_cta for w in wide for c in count_dtypes
@@ -151,21 +138,18 @@ def union_specializations(
     return [(sparse_resolve_kernel.sparse_resolve_kernel, (RESOLVE_THREADS,)), *prep, *union]
 
 
-def prep_consts(rows_per_cta: int) -> tuple[Any, ...]:
-    """Compile-time arguments of ``sparse_union_prep_kernel`` for ``R`` rows per group."""
-    return (rows_per_cta, PREP_T_CAP, PREP_THREADS, "int16")
-
-
-def hash_consts(rows_per_cta: int) -> tuple[Any, ...]:
-    """Compile-time arguments of ``sparse_union_hash_kernel`` (and the fused kernel) for ``R`` rows per group."""
+def fused_consts(rows_per_cta: int) -> tuple[Any, ...]:
+    """Compile-time arguments of ``sparse_union_fused_kernel`` for ``R`` rows per group."""
     return (rows_per_cta, PREP_T_CAP, PREP_THREADS, HASH_BUCKETS, "int16")
 
 
-def resolve_physical(plan: SparseAttentionPlan, rows_per_cta: int, unused: int = -1) -> torch.Tensor:
+def resolve_physical(plan: SparseAttentionPlan, rows_per_cta: int, unused: int = -1,
+                     row_args: list[Any] | None = None) -> torch.Tensor:  # fmt: skip
     """Physical cache row of every (row, slot), int32 ``[ceil(rows / R) * R, T]``, ``unused`` where unused.
 
     The cache row ``p`` is token ``p % page_size`` of page ``p // page_size`` of the paged
     form of K/V (``sparse_launch._paged_kv``); padding rows past ``plan.rows`` are all ``unused``.
+    ``row_args``: ``sparse_launch._row_args(plan, capacity)`` when the caller has it already.
     """
     key, _, table, page_size = _paged_kv(plan)
     ids = _ids(plan)
@@ -173,7 +157,9 @@ def resolve_physical(plan: SparseAttentionPlan, rows_per_cta: int, unused: int =
     rows_pad = -(-rows // rows_per_cta) * rows_per_cta
     phys = torch.empty((rows_pad, width), dtype=torch.int32, device=ids.device)
     kernel = build(sparse_resolve_kernel.sparse_resolve_kernel, profile_name(_dev(plan.query)), RESOLVE_THREADS)
-    kernel(ids, table, phys, *_row_args(plan, table.shape[1] * page_size), key.shape[0], page_size, unused)
+    if row_args is None:
+        row_args = _row_args(plan, table.shape[1] * page_size)
+    kernel(ids, table, phys, *row_args, key.shape[0], page_size, unused)
     return phys
 
 
@@ -235,52 +221,14 @@ def union_prep(phys: torch.Tensor, rows_per_cta: int, n_phys: int) -> tuple[torc
     return u, nu, counts.view(n_grp, r, w + 1)
 
 
-def union_prep_native(sorted_phys: torch.Tensor, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`union_prep` by :mod:`.sparse_union_prep_kernel` (``T <= PREP_T_CAP``).
+def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int,
+                     row_args: list[Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`, ``T <= PREP_T_CAP``).
 
-    Parameters
-    ----------
-    sorted_phys : torch.Tensor
-        int32 ``[n_groups * R, T]``: each row's physical rows sorted ascending, unused slots
-        ``INT32_MAX`` (``resolve_physical(plan, R, SENTINEL)`` then ``torch.sort``).
-
-    Returns
-    -------
-    ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)`` with the
-    meaning of :func:`union_prep`'s; only slots ``u < NU[g]`` are written.
+    Returns ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)``
+    with the meaning of :func:`union_prep`'s, the union in the kernel's own deterministic
+    order; only slots ``u < NU[g]`` are written. ``row_args`` as for :func:`resolve_physical`.
     """
-    r = rows_per_cta
-    rows_pad, t = sorted_phys.shape
-    n_grp, dev = rows_pad // r, sorted_phys.device
-    u = torch.empty((n_grp, r * t), dtype=torch.int32, device=dev)
-    counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
-    nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
-    kernel = build(sparse_union_prep_kernel.sparse_union_prep_kernel, profile_name(_dev(sorted_phys)),
-                   *prep_consts(r))  # fmt: skip
-    kernel(sorted_phys, u, counts, nu, max(1, t.bit_length()))
-    return u, nu, counts
-
-
-def union_prep_hash(phys: torch.Tensor, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`union_prep` by :mod:`.sparse_union_hash_kernel` (``T <= PREP_T_CAP``; no sort).
-
-    Takes the resolve kernel's rows as they are (``[n_groups * R, T]`` int32, -1 unused) and
-    returns ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)``;
-    the union is ordered by (hash bucket, token), and only slots ``u < NU[g]`` are written.
-    """
-    r = rows_per_cta
-    rows_pad, t = phys.shape
-    n_grp, dev = rows_pad // r, phys.device
-    u = torch.empty((n_grp, r * t), dtype=torch.int32, device=dev)
-    counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
-    nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
-    kernel = build(sparse_union_hash_kernel.sparse_union_hash_kernel, profile_name(_dev(phys)), *hash_consts(r))
-    kernel(phys, u, counts, nu)
-    return u, nu, counts
-
-
-def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`); same outputs as ``union_prep_hash``."""
     r = rows_per_cta
     key, _, table, page_size = _paged_kv(plan)
     ids = _ids(plan)
@@ -290,20 +238,23 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int) -> tuple[torc
     counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
     nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
     kernel = build(sparse_union_fused_kernel.sparse_union_fused_kernel, profile_name(_dev(plan.query)),
-                   *hash_consts(r))  # fmt: skip
-    kernel(ids, table, u, counts, nu, *_row_args(plan, table.shape[1] * page_size), key.shape[0], page_size)
+                   *fused_consts(r))  # fmt: skip
+    if row_args is None:
+        row_args = _row_args(plan, table.shape[1] * page_size)
+    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size)
     return u, nu, counts
 
 
-PREP_METHODS = ("hash", "sorted", "torch", "fused")
+PREP_METHODS = ("torch", "fused")
 
 
-def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int,
-                  method: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int, method: str | None = None,
+                  row_args: list[Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups.
 
     ``method``: one of ``PREP_METHODS``; None picks "fused" while ``T <= PREP_T_CAP``, else "torch"
-    (the kernels' shared-memory arrays hold ``PREP_T_CAP`` slots per row).
+    (the fused kernel's shared-memory arrays hold ``PREP_T_CAP`` slots per row). ``row_args``:
+    ``sparse_launch._row_args(plan, capacity)`` when the caller has it already (computed once).
     """
     key, _, _, page_size = _paged_kv(plan)
     width = _ids(plan).shape[1]
@@ -313,14 +264,10 @@ def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int,
         raise ValueError(f"method must be one of {PREP_METHODS} or None, got {method!r}")
     if method != "torch" and width > PREP_T_CAP:
         raise ValueError(f"method={method!r} holds at most PREP_T_CAP={PREP_T_CAP} slots per row, got {width}")
-    if method == "hash":
-        return union_prep_hash(resolve_physical(plan, rows_per_cta), rows_per_cta)
     if method == "fused":
-        return union_prep_fused(plan, rows_per_cta)
-    if method == "sorted":
-        phys = resolve_physical(plan, rows_per_cta, sparse_union_prep_kernel.SENTINEL)
-        return union_prep_native(torch.sort(phys, dim=1).values, rows_per_cta)
-    return union_prep(resolve_physical(plan, rows_per_cta), rows_per_cta, key.shape[0] * page_size)
+        return union_prep_fused(plan, rows_per_cta, row_args)
+    phys = resolve_physical(plan, rows_per_cta, row_args=row_args)
+    return union_prep(phys, rows_per_cta, key.shape[0] * page_size)
 
 
 def _count_dtype(counts: torch.Tensor) -> str:
