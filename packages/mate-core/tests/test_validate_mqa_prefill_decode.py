@@ -129,6 +129,10 @@ NATIVE_BAD = [
     ("decode", "k_cache", MateValueError, lambda: decode(k_cache=_t(5, 12, 1, 128))),
     ("decode", "k_cache", MateValueError, lambda: decode(k_cache=_t(5, 128, 128))),
     ("decode", "k_cache", MateValueError, lambda: decode(k_cache=_t(5, 1, 128))),
+    # B spans a grid axis of at most 65535 CTAs
+    ("decode", "65535", MateValueError, lambda: decode(q=_t(1, 4, 128).expand(65536, 4, 128),
+                                                       page_table=_t(65536, 4, dtype=I32),
+                                                       context_lens=_t(65536, dtype=I32))),
 ]
 
 

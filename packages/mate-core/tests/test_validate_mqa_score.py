@@ -136,6 +136,9 @@ NATIVE_BAD = [
     ("q_idx", MateValueError, lambda: padded(q_idx=_t(2, 5, 8, 128))),
     ("q_idx", MateValueError, lambda: padded(q_idx=_t(2, 5, 4, 64), block_keys=_t(2, 3, 64))),
     ("block_size", MateValueError, lambda: padded(block_size=8)),
+    # B spans a grid axis of at most 65535 CTAs
+    ("65535", MateValueError, lambda: padded(q_idx=_t(1, 1, 4, 128).expand(65536, 1, 4, 128),
+                                             block_keys=_t(1, 3, 128).expand(65536, 3, 128))),
 ]
 
 

@@ -93,6 +93,7 @@ RULES = [
     ({"kv": "padded", "query": "cu_seqlens"}, {}, MateValueError, "query: .*padded"),
     ({"kv": "padded", "query": "token_to_req"}, {}, MateValueError, "query: .*padded"),
     ({"kv": "padded"}, {"num_splits": 2}, MateValueError, "num_splits: .*paged"),
+    ({}, {"num_splits": 65536}, MateValueError, "num_splits: got 65536 splits.*at most 65535"),
     ({}, _kv(lambda t: torch.randn(*t.shape, 2).to(t.dtype)[..., 0]), LayoutError, "key: "),
     ({}, {"value": lambda a: _misaligned(a["value"])}, LayoutError, "value: "),
     ({}, _kv(lambda t: _padded_last(t, 4)), LayoutError, "key: "),

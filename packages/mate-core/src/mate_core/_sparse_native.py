@@ -11,7 +11,7 @@ import torch
 
 from ._sparse_kv import KVLayout
 from .arch import native_target_for
-from .checks import DATA_DTYPES, check_vector_layout, describe
+from .checks import DATA_DTYPES, check_vector_layout, describe, require_native_grid
 from .errors import MateTypeError, MateValueError
 
 __all__ = ["NATIVE_HEAD_DIM", "MAX_NATIVE_GROUP", "check_native"]
@@ -52,6 +52,7 @@ def _check_kv_combination(kv: KVLayout, padded_query: bool, num_splits: int) -> 
             "query: got a flattened query with padded (non-paged) K/V; backend='tilelang' expects a padded "
             f"rank-4 query for non-paged K/V, or paged K/V (block_table) for flattened queries; {_USE_REFERENCE}"
         )
+    require_native_grid("num_splits", num_splits, "splits", "pass a smaller count (None chooses one)")
     if kv.kind == "padded" and num_splits not in (0, 1):
         raise MateValueError(
             f"num_splits: got {num_splits} with padded (non-paged) K/V; backend='tilelang' expects None or 1 "

@@ -29,6 +29,8 @@ __all__ = [
     "require_metadata",
     "require_int",
     "require_bool",
+    "require_native_grid",
+    "NATIVE_MAX_GRID_YZ",
     "require_none",
     "is_non_overlapping",
     "resolve_scale",
@@ -48,6 +50,7 @@ FP8_DTYPES = tuple(
     if hasattr(torch, n)
 )
 INT_METADATA = (torch.int32, torch.int64)
+NATIVE_MAX_GRID_YZ = 65535  # CUDA/MUSA limit of a launch grid's y and z extents
 VECTOR_LOAD_MESSAGE = (
     "vector loads require unit feature stride and 16-byte alignment; "
     "pass a contiguous copy or adjust the slice offsets instead"
@@ -176,6 +179,15 @@ def require_int(name: str, x: object, *, minimum: int | None = None, optional: b
     if minimum is not None and x < minimum:
         raise MateValueError(f"{name}: got {x}; expected an int >= {minimum}")
     return x
+
+
+def require_native_grid(name: str, value: int, what: str, instead: str) -> None:
+    """``backend='tilelang'``: ``value`` (``what`` of argument ``name``) spans a grid y/z axis of the kernel."""
+    if value > NATIVE_MAX_GRID_YZ:
+        raise MateValueError(
+            f"{name}: got {value} {what}; backend='tilelang' launches them on a grid axis of at most "
+            f"{NATIVE_MAX_GRID_YZ}; {instead}"
+        )
 
 
 def require_bool(name: str, x: object) -> bool:

@@ -23,6 +23,7 @@ from .checks import (
     describe,
     require_int,
     require_metadata,
+    require_native_grid,
     require_none,
     require_rank,
     row_view,
@@ -168,6 +169,7 @@ def _check_native(keys: _Keys, q_idx, block_keys, block_size: int, heads: int, d
             f"block_size: got {block_size}; backend='tilelang' supports block_size == {NATIVE_BLOCK_SIZE} only; "
             "pass backend='reference' for other block sizes"
         )
+    require_native_grid("q_idx", q_idx.shape[0], "requests (B)", "split the batch across calls or pass backend='reference'")
     check_vector_layout("q_idx", q_idx)
     check_vector_layout("block_keys", block_keys)
 

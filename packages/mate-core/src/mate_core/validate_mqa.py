@@ -21,7 +21,15 @@ from ._mqa_common import (
     require_like,
     require_native_geometry,
 )
-from .checks import check_backend, check_vector_layout, require_int, require_metadata, require_rank, require_size
+from .checks import (
+    check_backend,
+    check_vector_layout,
+    require_int,
+    require_metadata,
+    require_native_grid,
+    require_rank,
+    require_size,
+)
 from .errors import MateValueError
 from .plans import MQADecodePlan, MQAPrefillPlan
 from .validate_indexer import plan_indexer_score
@@ -161,6 +169,7 @@ def plan_mqa_decode(
     if backend == "tilelang":
         require_native_geometry("q", heads, dim)
         _check_native_page_size(cache.shape[1])
+        require_native_grid("q", batch, "requests (B)", "split the batch across calls or pass backend='reference'")
     native_gate(backend, q.device)
     out = empty_scores((batch, max_model_len), q.device)
     return MQADecodePlan(

@@ -50,6 +50,7 @@ def qsa_indexer_mqa_score(
         varlen ``[total_q, H, D]`` with exactly one of ``cu_seqlens_q`` or
         ``token_to_req`` (+ ``num_requests``); varlen requires
         ``backend="reference"`` (use :func:`qsa_mqa_prefill` for native packed rows).
+        The native path takes ``B <= 65535`` per call (a launch-grid axis).
     block_keys : torch.Tensor
         Compressed keys, same dtype and device as ``q_idx``. Logical
         ``[B, N_B, D]``; with ``block_table`` a paged cache
@@ -192,7 +193,8 @@ def qsa_mqa_decode(
     ----------
     q : torch.Tensor
         Queries ``[B, heads, dim]`` or ``[B, 1, heads, dim]``, bf16 or fp16
-        (reference also float32). May be broadcast (stride 0).
+        (reference also float32). May be broadcast (stride 0). The native path takes
+        ``B <= 65535`` per call (a launch-grid axis).
     k_cache : torch.Tensor
         Compressed paged keys ``[pages, page_size, 1, dim]`` or
         ``[pages, page_size, dim]``, dtype and device of ``q``. The native path

@@ -98,7 +98,8 @@ def qsa_sparse_attention(
         float32 or the query dtype, ``query.shape[:-1]`` or ``query.shape``;
         ``out = attention * sigmoid(gate)``.
     num_splits : int, optional
-        ``None`` chooses a schedule; a positive int sets the SplitKV count (1 disables it).
+        ``None`` chooses a schedule; a positive int sets the SplitKV count (1 disables it;
+        the native path takes at most 65535).
     return_lse : bool, default False
         Also return the float32 natural-log log-sum-exp, shape ``query.shape[:-1]``.
     backend : {"tilelang", "reference"}, default "tilelang"
