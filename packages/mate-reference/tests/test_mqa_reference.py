@@ -337,3 +337,25 @@ def test_api_validates(gen):
 
     with pytest.raises(MateValueError, match="scale"):
         mate_reference.qsa_indexer_mqa_score(randn(gen, 2, 9, 4, 8), randn(gen, 2, 3, 8), scale=1.0, score_scale=1.0)
+
+
+@pytest.mark.parametrize(("backend", "error"), [("tilelang", ValueError), ("auto", ValueError), (3, TypeError)])
+def test_public_backend_must_be_reference(gen, backend, error):
+    """Like mate_reference.qsa_sparse_attention: backend defaults to, and only accepts, 'reference'."""
+    q, k = randn(gen, 3, 4, 8), randn(gen, 5, 8)
+    idx = torch.zeros(3, dtype=torch.int32)
+    calls = {
+        "qsa_mqa_prefill": lambda b: mate_reference.qsa_mqa_prefill(q, k, idx, idx + 5, backend=b),
+        "qsa_mqa_decode": lambda b: mate_reference.qsa_mqa_decode(
+            q, randn(gen, 2, 4, 8), torch.zeros(3, 1, dtype=torch.int32), idx + 3, 8, backend=b
+        ),
+        "qsa_indexer_mqa_score": lambda b: mate_reference.qsa_indexer_mqa_score(
+            randn(gen, 2, 3, 4, 8), randn(gen, 2, 2, 8), backend=b
+        ),
+    }
+    for entry, call in calls.items():
+        assert call("reference").dtype == torch.float32
+        with pytest.raises(error, match="backend") as info:
+            call(backend)
+        if error is ValueError and backend == "tilelang":
+            assert f"mate.{entry}" in str(info.value)

@@ -1,8 +1,9 @@
-"""CPU-research entry points for the MQA indexer: the spec's signatures without ``backend``.
+"""CPU-research entry points for the MQA indexer: the spec's signatures, reference backend only.
 
 Each function validates through ``mate_core.plan_*(..., backend='reference')`` and runs
-the FP32 reference on the inputs' device. ``pip install mate-reference`` alone is enough;
-``mate.qsa_*`` is the full facade with the native backend.
+the FP32 reference on the inputs' device. ``backend`` defaults to, and only accepts,
+``"reference"`` (as in :func:`mate_reference.qsa_sparse_attention`). ``pip install
+mate-reference`` alone is enough; ``mate.qsa_*`` is the full facade with the native backend.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from mate_core import plan_indexer_score, plan_mqa_decode, plan_mqa_prefill
 
 from . import mqa
+from ._backend import require_reference
 
 __all__ = ["qsa_indexer_mqa_score", "qsa_mqa", "qsa_mqa_decode", "qsa_mqa_prefill"]
 
@@ -30,6 +32,7 @@ def qsa_indexer_mqa_score(
     block_size: int = 4,
     scale: float | None = None,
     score_scale: float | None = None,
+    backend: str = "reference",
 ) -> torch.Tensor:
     """QSA MQA block scores, FP32 ``[B, Q, N_B]`` or ``[total_q, N_B]`` (see ``mate.qsa_indexer_mqa_score``).
 
@@ -37,6 +40,7 @@ def qsa_indexer_mqa_score(
     before the query's position (default: its local row index), the row is not padded,
     and (paged) its page is valid.
     """
+    require_reference(backend, "qsa_indexer_mqa_score")
     plan = plan_indexer_score(
         q_idx,
         block_keys,
@@ -64,8 +68,10 @@ def qsa_mqa_prefill(
     score_scale: float | None = None,
     *,
     scale: float | None = None,
+    backend: str = "reference",
 ) -> torch.Tensor:
     """Packed-prefill MQA logits, FP32 ``[rows, keys]``, ``-inf`` outside ``[row_starts, row_ends)``."""
+    require_reference(backend, "qsa_mqa_prefill")
     plan = plan_mqa_prefill(q, k, row_starts, row_ends, score_scale, scale=scale, backend="reference")
     mqa.mqa_prefill(plan)
     return plan.out
@@ -83,8 +89,10 @@ def qsa_mqa_decode(
     score_scale: float | None = None,
     *,
     scale: float | None = None,
+    backend: str = "reference",
 ) -> torch.Tensor:
     """Paged-decode MQA logits, FP32 ``[B, max_model_len]``; invisible keys are ``-inf``."""
+    require_reference(backend, "qsa_mqa_decode")
     plan = plan_mqa_decode(
         q, k_cache, page_table, context_lens, max_model_len, score_scale, scale=scale, backend="reference"
     )

@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 
 from mate_core import plan_sparse_attention
-from mate_core.checks import check_backend
-from mate_core.errors import MateValueError
 from mate_core.plans import SparseAttentionPlan
 
+from ._backend import require_reference
 from ._gather import gather_kv
 from ._rows import RowMeta, resolve_rows
 
@@ -154,11 +153,7 @@ def qsa_sparse_attention(
         The query-shaped output in the query dtype (``out`` itself when given), or
         ``(out, lse)`` with FP32 ``lse`` of shape ``query.shape[:-1]`` when ``return_lse``.
     """
-    if check_backend(backend) != "reference":
-        raise MateValueError(
-            f"backend: got {backend!r}; mate_reference.qsa_sparse_attention runs only "
-            "backend='reference'. Use mate.qsa_sparse_attention for native kernels"
-        )
+    require_reference(backend, "qsa_sparse_attention")
     plan = plan_sparse_attention(
         query,
         key,
