@@ -15,7 +15,9 @@ Ceilings are measured in the same process. ``python -m benchmarks.bench_mqa [--q
 [--json PATH]`` prints a table and writes JSON; ``--variants`` adds (``--only-variants``
 runs just it and the indexer case) every score-kernel schedule in
 ``mate_kernels_musa.mqa_score_kernel.VARIANTS`` on the prefill and causal shapes, each
-checked against the PyTorch path before it is timed.
+checked against the PyTorch path before it is timed (``--match LABEL ...`` keeps only
+those variants), plus ``blind_prefill``: the prefill shape with every interval empty, where
+the kernel only streams ``-inf`` tiles (its store path alone against the write floor).
 """
 
 from __future__ import annotations
@@ -156,9 +158,11 @@ def prefill_inputs(rows: int, keys: int, pos0: int) -> tuple[torch.Tensor, ...]:
     return q, k, starts, ends
 
 
-def bench_score_variants(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool) -> list[dict]:
+def bench_score_variants(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick: bool,
+                         match: tuple[str, ...] = ()) -> list[dict]:  # fmt: skip
     """Every score-kernel variant (``mqa_score_kernel.VARIANTS``) on one prefill shape (one
-    reference, each variant checked against it before it is timed)."""
+    reference, each variant checked against it before it is timed); ``match`` keeps only the
+    variants whose label is one of these."""
     from mate_kernels_musa import mqa_launch, mqa_score_kernel
 
     q, k, starts, ends = prefill_inputs(rows, keys, pos0)
@@ -169,6 +173,8 @@ def bench_score_variants(name: str, rows: int, keys: int, pos0: int, ceil: dict,
     floor_us = max(math_us, rows * keys * 4 / (ceil["copy_TBps"] * 1e12) * 1e6)
     results = []
     for tiles, sched in mqa_score_kernel.VARIANTS:
+        if match and mqa_score_kernel.variant_label(tiles, sched) not in match:
+            continue
 
         def fn(tiles=tiles, sched=sched):
             mqa_launch.launch_score(q[None], k[None], starts[None], ends[None], out[None], SCALE, tiles, sched)
@@ -187,14 +193,42 @@ def bench_score_variants(name: str, rows: int, keys: int, pos0: int, ceil: dict,
     return results
 
 
+def bench_blind(ceil: dict, quick: bool) -> dict[str, Any]:
+    """The prefill shape with every interval empty: the default kernel only streams -inf tiles
+    (bulk stores, no loads, no MMAs), which shows what its store path alone costs against the
+    write floor."""
+    from mate_kernels_musa import mqa_launch
+
+    rows, keys = 4096, 32768
+    q, k, starts, _ = prefill_inputs(rows, keys, 0)
+    out = torch.empty(rows, keys, device="cuda", dtype=torch.float32)
+
+    def fn():
+        mqa_launch.launch_score(q[None], k[None], starts[None], starts[None], out[None], SCALE)
+
+    out.fill_(float("nan"))
+    fn()
+    if not bool(torch.isneginf(out).all()):
+        raise RuntimeError("blind prefill: not every score is -inf")
+    native = time_cuda_graph(fn, reps=10 if quick else 30)
+    write_us = rows * keys * 4 / (ceil["copy_TBps"] * 1e12) * 1e6
+    return _row("blind_prefill", f"{rows} rows x {keys} keys, all intervals empty", native, None, write_us,
+                {"write_floor_us": write_us, "GBps": rows * keys * 4 / native["median_us"] / 1e3})  # fmt: skip
+
+
 def run(
-    quick: bool = False, variants: bool = False, ceil: dict | None = None, only_variants: bool = False
+    quick: bool = False,
+    variants: bool = False,
+    ceil: dict | None = None,
+    only_variants: bool = False,
+    match: tuple[str, ...] = (),
 ) -> list[dict]:
     """Run every shape; returns one dict per measurement (the first holds the ceilings).
 
     ``ceil`` is the output of ``measure_ceilings()`` (measured here when not given);
     ``variants`` adds the score-kernel schedule sweep, ``only_variants`` runs just that sweep
-    (and the indexer case, which has no variant hook).
+    (and the indexer case, which has no variant hook); ``match`` limits the sweep to these
+    variant labels.
     """
     ceil = ceil or measure_ceilings()
     results: list[dict] = [{"name": "ceilings", **ceil, **env_info()}]
@@ -206,8 +240,9 @@ def run(
     results.append(bench_prefill("indexer_score", 4096, 32768, 126976, ceil, quick, indexer=True,
                                  with_torch=not only_variants))  # fmt: skip
     if variants or only_variants:
-        results += bench_score_variants("prefill", 4096, 32768, 126976, ceil, quick)
-        results += bench_score_variants("causal", 32768, 8192, 0, ceil, quick)
+        results.append(bench_blind(ceil, quick))
+        results += bench_score_variants("prefill", 4096, 32768, 126976, ceil, quick, match)
+        results += bench_score_variants("causal", 32768, 8192, 0, ceil, quick, match)
     return results
 
 
@@ -236,9 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--variants", action="store_true", help="also time alternative score-kernel schedules")
     parser.add_argument("--only-variants", action="store_true", help="only the schedule sweep (and the indexer case)")
+    parser.add_argument("--match", nargs="+", default=(), metavar="LABEL",
+                        help="time only these variant labels (e.g. keys-overlap-tpc64)")  # fmt: skip
     parser.add_argument("--json", default="bench_mqa.json")
     args = parser.parse_args(argv)
-    results = run(quick=args.quick, variants=args.variants, only_variants=args.only_variants)
+    results = run(quick=args.quick, variants=args.variants, only_variants=args.only_variants,
+                  match=tuple(args.match))  # fmt: skip
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     print(format_table(results))

@@ -1,8 +1,9 @@
 """Every MQA kernel specialization compiles for sm_90a (no GPU needed: tilelang + nvcc).
 
-Specializations: score kernel x {bf16, fp16} x {TMA store (keys % 4 == 0), plain store}, plus
-every other score schedule in ``mqa_score_kernel.VARIANTS`` (bf16, one tile count each);
-decode kernel x {bf16, fp16} x page size {8, 16, 32, 64} on the vector path. The
+Specializations: score kernel x {bf16, fp16} x {TMA store (keys % 4 == 0), plain store} (the
+default schedule turns on every epilogue refinement, each checked in the generated source),
+plus every other score schedule in ``mqa_score_kernel.VARIANTS`` whose code paths no other
+compiled schedule covers (bf16, one tile count each; tiles per CTA is a trip count); decode kernel x {bf16, fp16} x page size {8, 16, 32, 64} on the vector path. The
 element-load decode path (unaligned k_cache) differs only in its load code, so two of its
 specializations (both dtypes, both page-size extremes) are compiled to keep the CPU suite
 short.
@@ -32,17 +33,30 @@ def _check_schedule(src: str, schedule) -> None:
     assert (", 64, 64, 16," in src) != schedule.keys_on_m
     # Overlapped epilogue: the GEMM is committed without an inline wait, waited on explicitly.
     assert ("tl::wait_wgmma<0>" in src) == schedule.overlap
+    # Whole-tile fast path: the latest row start / earliest row end gate an unmasked staging loop.
+    assert ("warp_reduce_max(lo_s[" in src) == schedule.full
+    # Trim: three copies of the tile loop (a quarter, half or all of the CTA's tiles).
+    assert (src.count("for (int it") > 2) == schedule.trim
+    assert ("EVICT_FIRST" in src) == schedule.evict_first
+    if schedule.late_wait:
+        # The in-loop store is left in flight past the wgmma wait (waited before the barrier).
+        loop = src[src.index("for (int it") :]
+        assert loop.index("tma_store_arrive") < loop.index("tl::wait_wgmma<0>") < loop.index("tma_store_wait")
 
 
-@pytest.mark.parametrize("tma_out", [True, False], ids=["tma-store", "plain-store"])
+@pytest.mark.parametrize(
+    ("tma_out", "keys"),
+    [(True, mqa_score_kernel.LONG_KEYS), (True, 4096), (False, 4098)],
+    ids=["tma-store", "tma-store-short", "plain-store"],
+)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_score_kernel_compiles(dtype: str, tma_out: bool) -> None:
-    """The launcher's default specializations: the default schedule for bulk stores, rows on
-    M with plain stores otherwise."""
+def test_score_kernel_compiles(dtype: str, tma_out: bool, keys: int) -> None:
+    """The launcher's default specializations: the default schedule for bulk stores (the tile
+    count of long and of shorter key ranges), rows on M with plain stores otherwise."""
     from mate_kernels_musa._build import build
 
     schedule = mqa_score_kernel.DEFAULT_SCHEDULE if tma_out else mqa_score_kernel.Schedule()
-    consts = (dtype, *mqa_score_kernel.DEFAULT_TILES, tma_out, *schedule)
+    consts = (dtype, *mqa_score_kernel.default_tiles(keys, tma_out), tma_out, *schedule)
     src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", *consts))
     # Hopper path: warpgroup MMA and 16-byte cp.async loads of Q and K; bulk tensor stores.
     assert "wgmma" in src
@@ -51,11 +65,24 @@ def test_score_kernel_compiles(dtype: str, tma_out: bool) -> None:
     _check_schedule(src, schedule)
 
 
+REFINEMENTS = mqa_score_kernel.REFINEMENTS
+
+
+def _covered(schedule, others) -> bool:
+    """Whether another schedule of the same base turns on a strict superset of ``schedule``'s
+    epilogue refinements (each refinement is an independent code path: compiling the
+    superset exercises it)."""
+    on = {r for r in REFINEMENTS if getattr(schedule, r)}
+    return any(
+        o[:2] == schedule[:2] and on < {r for r in REFINEMENTS if getattr(o, r)} for o in others if o != schedule
+    )
+
+
 # One variant per non-default schedule (tiles per CTA is only a trip count; each compile
-# costs the 2-core CI several seconds).
-OTHER_VARIANTS = list(
-    {s: (t, s) for t, s in reversed(mqa_score_kernel.VARIANTS) if s != mqa_score_kernel.DEFAULT_SCHEDULE}.values()
-)
+# costs the 2-core CI several seconds), skipping schedules whose refinements a compiled
+# schedule (the default included) turns on too.
+_SCHEDULES = {s: (t, s) for t, s in reversed(mqa_score_kernel.VARIANTS) if s != mqa_score_kernel.DEFAULT_SCHEDULE}
+OTHER_VARIANTS = [v for s, v in _SCHEDULES.items() if not _covered(s, [*_SCHEDULES, mqa_score_kernel.DEFAULT_SCHEDULE])]
 
 
 @pytest.mark.parametrize(
@@ -69,11 +96,22 @@ def test_score_schedule_variants_compile(tiles, schedule) -> None:
     _check_schedule(src, schedule)
 
 
+def test_default_tiles_by_key_count() -> None:
+    """Long key ranges walk 64 tiles per CTA, shorter ones 32 (bulk stores only)."""
+    long_, short = mqa_score_kernel.LONG_KEYS, mqa_score_kernel.LONG_KEYS - 4
+    assert mqa_score_kernel.default_tiles(long_, True) == mqa_score_kernel.DEFAULT_TILES
+    assert mqa_score_kernel.default_tiles(short, True)[3] == 32
+    assert mqa_score_kernel.default_tiles(short, False) == mqa_score_kernel.DEFAULT_TILES
+    assert (mqa_score_kernel.default_tiles(short, True), mqa_score_kernel.DEFAULT_SCHEDULE) in mqa_score_kernel.VARIANTS
+
+
 def test_schedule_preconditions_raise() -> None:
     with pytest.raises(ValueError, match="keys-on-M"):
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, False, True)
     with pytest.raises(ValueError, match="overlapped epilogue"):
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, False, True)
+    with pytest.raises(ValueError, match="refine the overlapped epilogue"):
+        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, trim=True)
 
 
 DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]

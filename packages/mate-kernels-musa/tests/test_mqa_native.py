@@ -111,9 +111,10 @@ def test_prefill_sliced_views(gen, dtype) -> None:
 
 
 VARIANT_CASES = [
-    (200, 1000, "ragged"),  # keys % 4 == 0: bulk-tensor stores
+    (200, 1000, "ragged"),  # keys % 4 == 0: bulk-tensor stores; empty rows (no whole tiles)
     (333, 129, "causal"),  # plain stores, partial tiles on both axes
-    (700, 4100, "causal"),  # several key chunks per row block
+    (700, 4100, "causal"),  # several key chunks per row block; whole tiles; trim to a quarter chunk
+    (64, 2000, "causal"),  # trim to half a chunk (64 tiles per CTA), then -inf tiles
     (96, 9000, "prefix"),  # CTAs that see none of their keys (bulk-store -inf stream)
     (96, 9001, "prefix"),  # the same with plain stores
 ]

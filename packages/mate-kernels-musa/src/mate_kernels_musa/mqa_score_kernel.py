@@ -25,24 +25,61 @@ MMA orientation and overlap (compile-time choices, :class:`Schedule`):
   ReLU-accumulated into one FP32 register tile that maps straight onto output rows. This
   is the path for outputs whose rows are not 16-byte aligned (keys % 4 != 0).
 
+Epilogue refinements of the overlapped keys-on-M schedule (compile-time flags of
+:class:`Schedule`, all four on by default):
+
+* ``full``: a tile that every row of the CTA sees whole (its keys inside [latest row
+  start, earliest row end): one uniform branch per tile) is staged without the per-element
+  visibility mask (no ``lo_s``/``hi_s`` loads, compares or selects): the common tile of
+  causal prefill rows.
+* ``late_wait``: the tile's bulk store is issued without a wait; the elected thread waits
+  for the copy engine to finish reading the staging tile only after the next head sum,
+  just before the closing barrier, so the head sum runs while the store drains.
+* ``trim``: the GEMM loop stops at the first quarter, half or all of the CTA's tiles that
+  covers its last visible key; the remaining tiles are streamed as ``-inf`` with
+  back-to-back bulk stores (no loads, no MMAs).
+* ``evict_first``: the bulk stores carry the L2 evict-first hint (the output is written
+  once; the K tiles every row block re-reads stay resident).
+
+Tiles per CTA: 64 from ``LONG_KEYS`` = 32768 keys up, 32 below (:func:`default_tiles`).
+
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
 tile and row-contiguous stores.
 
-Measured on the H200 (benchmarks/bench_mqa.py ``--only-variants``, CUDA-graph medians, us;
-prefill = 4096 rows x 32768 keys, causal = 32768 x 8192):
+Measured on the H200 (benchmarks/bench_mqa.py ``--variants``, CUDA-graph medians with the
+L2 flushed by reading, us; prefill = 4096 rows x 32768 keys, floor 168.9 us (math); causal
+= 32768 x 8192, floor 253.1 us (FP32 write); two device runs, the second quoted):
 
-- keys on M, overlap, 64 tiles per CTA (default): prefill 281.5, causal 470.3
-- keys on M, overlap, 32 tiles: 290.0 / 462.8; 16 tiles: 308.1 / 461.9
-- keys on M, no overlap, 64 tiles: 287.6 / 463.0; 32 tiles: 296.4 / 450.2
-- rows on M, 64 tiles: 296.7 / 466.5; 16 tiles: 319.9 / 464.3 (the kernel before the
+- default (keys on M, overlap, full + late_wait + trim + evict_first), 64 tiles per CTA:
+  prefill 236.5 (1.40x floor), causal 412.1; 32 tiles: 238.9 / 391.3 (1.55x); 128 tiles:
+  236.1 / 422.9. Public calls: ``qsa_mqa_prefill`` 237.1, ``qsa_indexer_mqa_score`` on
+  the prefill shape 252.1 (was 300.9; it adds the interval computation).
+- one refinement each (64 tiles): full 255.6 / 458.7, late_wait 261.6 / 455.1, trim
+  279.6 / 447.3, evict_first 285.8 / 475.3; full + late_wait + trim 236.6 / 414.3
+- keys on M, overlap, no refinements (the default before them), 64 tiles: 285.6 / 481.9;
+  32 tiles: 292.9 / 465.4; 16 tiles: 309.5 / 463.8; 128 tiles: 286.3 / 525.1
+- keys on M, no overlap, 64 tiles: 293.7 / 462.7; 32 tiles: 299.9 / 450.6
+- rows on M, 64 tiles: 302.4 / 466.5; 16 tiles: 323.9 / 465.5 (the kernel before the
   one-group Q load and the blind-CTA path, rows on M with 16 tiles: 336.5 / 549.6)
+- the prefill shape with every interval empty (only ``-inf`` bulk stores): 149.9 without,
+  159.6 with the evict-first hint (write floor 126.6).
 
-(causal medians spread by +-3%, prefill by +-0.5%.) Tried and dropped: 128-row blocks
-with two warpgroups (rows on M: 395 us; keys on M fails TileLang 0.1.15's layout
-inference), direct global stores from registers instead of a staging tile (448-466 us:
-32-byte partial-line writes), and deferring the bulk-store wait to the next reuse of the
-staging tile (4-5% slower).
+(causal medians spread by +-3%, prefill by +-0.5%.) The refinements attack the per-tile
+epilogue, which sits on the critical path between one tile's wgmma completing and the
+next one's issue: removing the mask (full) and taking the bulk-store read wait off the
+head sum (late_wait) each gain ~10% and add up; the prefill shape now sits on the 1.4x
+line (1.400x in the sweep, 1.404x through the public call), not clearly below it. What
+is left over the math floor is mostly the serial part of each step (head sum, the next
+tile's cp.async issue and four CTA barriers, one of which TileLang's sync pass inserts
+after the wgmma issue because every shared buffer lives in one merged dynamic
+allocation). Tried and dropped: issuing the next K
+load after the GEMM to drop the closing barrier (the pipeline pass then single-buffers
+K_s, so the load overwrites the tile the async wgmma still reads: wrong results; its
+sync pass also adds a barrier after the load), 128-row blocks with two warpgroups (rows on
+M: 395 us; keys on M fails TileLang 0.1.15's layout inference), direct global stores from
+registers instead of a staging tile (448-466 us: 32-byte partial-line writes), and
+deferring the bulk-store wait to the next reuse of the staging tile (4-5% slower).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -65,31 +102,66 @@ class Schedule(NamedTuple):
     # Keys on M only: issue tile i's GEMM (async wgmma) before tile i-1's epilogue, so the
     # masking, staging and bulk store of one tile run under the next tile's MMAs.
     overlap: bool = False
+    # Overlap only. full: tiles every row of the CTA sees whole skip the per-element mask
+    # (one uniform branch per tile). late_wait: the bulk store is issued without a wait and
+    # waited on after the head sum, just before the closing barrier. trim: the GEMM loop
+    # stops at the first quarter/half/whole of the CTA's tiles that covers every visible
+    # key; the rest are streamed as -inf without MMAs.
+    full: bool = False
+    late_wait: bool = False
+    trim: bool = False
+    # Overlap only: the bulk stores of scores carry the L2 evict-first hint (the output is
+    # written once; the K tiles every row block re-reads stay in L2).
+    evict_first: bool = False
 
 
-DEFAULT_SCHEDULE = Schedule(keys_on_m=True, overlap=True)
+# The overlapped schedule's epilogue refinements (boolean fields of Schedule).
+REFINEMENTS = ("full", "late_wait", "trim", "evict_first")
+DEFAULT_SCHEDULE = Schedule(keys_on_m=True, overlap=True, full=True, late_wait=True, trim=True, evict_first=True)
 
 
 def _tiles(tiles_per_cta: int) -> tuple[int, int, int, int]:
     return (BLOCK_ROWS, BLOCK_KEYS, THREADS, tiles_per_cta)
 
 
+# From this many keys (8 chunks of TILES_PER_CTA tiles per row block) a CTA walks 64 tiles
+# (fewer Q loads); below, 32: finer chunks let more CTAs skip fully invisible key ranges
+# (causal shapes). H200: 4096 x 32768 prefill 236.5 us at 64 vs 238.9 at 32; 32768 x 8192
+# causal 391.3 at 32 vs 412.1 at 64.
+LONG_KEYS = 8 * TILES_PER_CTA * BLOCK_KEYS
+
+
+def default_tiles(keys: int, tma_out: bool) -> tuple[int, int, int, int]:
+    """Tile constants the launcher uses for outputs ``keys`` wide (bulk stores or not)."""
+    return _tiles(32) if tma_out and keys < LONG_KEYS else DEFAULT_TILES
+
+
 # Every (tiles, schedule) kept compilable and checked on the GPU; the benchmark times each.
 VARIANTS: tuple[tuple[tuple[int, int, int, int], Schedule], ...] = (
     (DEFAULT_TILES, DEFAULT_SCHEDULE),
+    (DEFAULT_TILES, Schedule(True, True)),  # the default before the epilogue refinements
     (_tiles(32), Schedule(True, True)),
     (_tiles(16), Schedule(True, True)),
     (_tiles(64), Schedule(True, False)),
     (_tiles(32), Schedule(True, False)),
     (_tiles(64), Schedule(False, False)),
     (_tiles(16), Schedule(False, False)),  # the schedule before keys-on-M
+    (DEFAULT_TILES, Schedule(True, True, full=True)),
+    (DEFAULT_TILES, Schedule(True, True, late_wait=True)),
+    (DEFAULT_TILES, Schedule(True, True, trim=True)),
+    (DEFAULT_TILES, Schedule(True, True, evict_first=True)),
+    (DEFAULT_TILES, Schedule(True, True, True, True, True)),
+    (_tiles(32), DEFAULT_SCHEDULE),
+    (_tiles(128), DEFAULT_SCHEDULE),
+    (_tiles(128), Schedule(True, True)),
 )
 
 
 def variant_label(tiles: tuple[int, int, int, int], schedule: Schedule) -> str:
-    """Short name of a variant, e.g. ``keys-overlap-tpc32``."""
+    """Short name of a variant, e.g. ``keys-overlap-tpc32`` or ``keys-overlap-full-trim-tpc64``."""
     kind = ("keys-overlap" if schedule.overlap else "keys") if schedule.keys_on_m else "rows"
-    return f"{kind}-tpc{tiles[3]}"
+    extras = "".join(f"-{name.replace('_', '')}" for name in REFINEMENTS if getattr(schedule, name))
+    return f"{kind}{extras}-tpc{tiles[3]}"
 
 
 def score_kernel(
@@ -101,6 +173,10 @@ def score_kernel(
     tma_out: bool = False,
     keys_on_m: bool = False,
     overlap: bool = False,
+    full: bool = False,
+    late_wait: bool = False,
+    trim: bool = False,
+    evict_first: bool = False,
 ) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
@@ -119,10 +195,15 @@ def score_kernel(
 
     if overlap and not keys_on_m:
         raise ValueError("the overlapped epilogue needs the keys-on-M schedule")
+    if (full or late_wait or trim or evict_first) and not overlap:
+        raise ValueError("full, late_wait, trim and evict_first refine the overlapped epilogue (overlap=True)")
+    policy = {"eviction_policy": "evict_first"} if evict_first else {}
     if keys_on_m and not (tma_out and block_rows == WG_ROWS):
         # 128 rows (two warpgroups on N) fails TileLang 0.1.15's layout inference.
         raise ValueError("the keys-on-M schedule needs bulk tensor stores (tma_out) and 64-row blocks")
     BN, BM, TPC = block_rows, block_keys, tiles_per_cta
+    if full and threads < BN:
+        raise ValueError("full tiles need at least one thread per block row")
     nwarps = threads // 32
     nb, nq, nk = T.dynamic("nb nq nk")
     sq0, sq1, sq2, sk0, sk1, sr0, sr1, se0, se1 = T.dynamic("sq0 sq1 sq2 sk0 sk1 sr0 sr1 se0 se1", "int64")
@@ -162,6 +243,23 @@ def score_kernel(
         head_sum(acc, total)
 
     @T.macro
+    def stage_masked(total, O_s, lo_s, hi_s, key0, scale):
+        for c, r in T.Parallel(BM, BN):
+            O_s[r, c] = T.if_then_else(visible(lo_s, hi_s, r, key0 + c), total[c, r] * scale, neg_inf())
+
+    @T.macro
+    def stage_keys_on_m(total, O_s, lo_s, hi_s, key0, seen, whole, scale):
+        # Keys on M with ``full``: ``whole`` (every row sees the tile) skips the mask.
+        if seen:
+            if whole:
+                for c, r in T.Parallel(BM, BN):
+                    O_s[r, c] = total[c, r] * scale
+            else:
+                stage_masked(total, O_s, lo_s, hi_s, key0, scale)
+        else:
+            T.fill(O_s, neg_inf())
+
+    @T.macro
     def stage_tile(total, O_s, lo_s, hi_s, key0, seen, scale):
         # Masked, scaled scores (or all -inf) into the shared tile the stores read.
         if seen:
@@ -193,15 +291,15 @@ def score_kernel(
                     out[bz, row0 + r, key0 + c] = O_s[r, swz(r, c)]
 
     @T.macro
-    def store_blind(O_s, out, bz, row0, key0):
-        # A CTA that sees none of its keys: one -inf tile, stored TPC times without waits
-        # in between (the tile never changes).
+    def store_blind(O_s, out, bz, row0, key0, count=TPC):
+        # A CTA that sees none of its keys (or the trimmed tail of one that does): one -inf
+        # tile, stored ``count`` times without waits in between (the tile never changes).
         T.fill(O_s, neg_inf())
         if tma_out:
             T.fence_proxy_async()
             T.sync_threads()
-            for it in T.serial(TPC):
-                T.tma_copy(O_s, out[bz, row0, key0 + it * BM])
+            for it in T.serial(count):
+                T.tma_copy(O_s, out[bz, row0, key0 + it * BM], **policy)
             if T.shuffle_elect(threads):
                 T.tma_store_wait(0)
         else:
@@ -210,6 +308,62 @@ def score_kernel(
                 for r, c in T.Parallel(BN, BM):
                     if row0 + r < nq and key0 + it * BM + c < nk:
                         out[bz, row0 + r, key0 + it * BM + c] = O_s[r, swz(r, c)]
+
+    @T.macro
+    def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only):
+        # Stage and store key tile ``tile`` of the overlapped schedule. ``issue_only`` (late_wait,
+        # inside the loop): the bulk store is left in flight; the caller waits on it.
+        key0 = tile * BM
+        if full:
+            stage_keys_on_m(
+                total, O_s, lo_s, hi_s, key0, key0 < hi and key0 + BM > lo, key0 >= flo and key0 + BM <= fhi, scale
+            )
+        else:
+            stage_tile(total, O_s, lo_s, hi_s, key0, key0 < hi and key0 + BM > lo, scale)
+        if issue_only or evict_first:
+            T.fence_proxy_async()
+            T.sync_threads()
+            T.tma_copy(O_s, out[bz, row0, key0], **policy)
+            if not issue_only:
+                if T.shuffle_elect(threads):
+                    T.tma_store_wait(0)
+        else:
+            store_tile(O_s, out, bz, row0, key0)
+
+    @T.macro
+    def overlap_tiles(k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale):
+        # Manual stages (load one tile ahead): step it loads tile it+1, issues tile it's GEMM
+        # (async wgmma), runs tile it-1's epilogue under it, then waits. The slot being
+        # loaded last fed tile it-1's GEMM, which every warp waited on before the previous
+        # step's closing barrier. The pipeline pass counts the `if` as four statements.
+        nstmt = 10 if late_wait or evict_first else 9
+        for it in T.Pipelined(n, order=list(range(nstmt)), stage=[0] + [1] * (nstmt - 1)):
+            for i, d in T.Parallel(BM, DIM):
+                K_s[i, d] = k[bz, (tile0 + it) * BM + i, d]
+            # Unconditional GEMM and wait: a branch around them makes ptxas wait early.
+            T.wgmma_gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
+            if it > 0:
+                epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + it - 1, lo, hi, flo, fhi, scale, late_wait)
+            T.wait_wgmma(0)
+            if late_wait:
+                # The head sum runs while the bulk copy engine still reads O_s.
+                head_sum(acc, total)
+                if T.shuffle_elect(threads):
+                    T.tma_store_wait(0)
+                # O_s is free again and the K slot tile it read may be reloaded.
+                T.sync_threads()
+            else:
+                T.sync_threads()
+                head_sum(acc, total)
+        epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + n - 1, lo, hi, flo, fhi, scale, False)
+
+    @T.macro
+    def chunk_tiles(n, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale):
+        # The CTA's chunk: GEMMs and epilogues for its first n tiles, -inf for the rest (trim).
+        overlap_tiles(k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale)
+        if n < TPC:
+            T.sync_threads()
+            store_blind(O_s, out, bz, row0, (tile0 + n) * BM, TPC - n)
 
     @T.prim_func
     def mqa_score(
@@ -233,7 +387,7 @@ def score_kernel(
             O_s = T.alloc_shared((BN, BM), "float32")
             lo_s = T.alloc_shared((BN,), "int32", scope="shared")
             hi_s = T.alloc_shared((BN,), "int32", scope="shared")
-            red_s = T.alloc_shared((2 * nwarps,), "int32", scope="shared")
+            red_s = T.alloc_shared(((4 if full else 2) * nwarps,), "int32", scope="shared")
             if keys_on_m:
                 acc = T.alloc_fragment((BM, HEADS * BN), "float32")
                 total = T.alloc_fragment((BM, BN), "float32")
@@ -242,6 +396,8 @@ def score_kernel(
                 total = T.alloc_fragment((BN, BM), "float32")
             lo = T.alloc_var("int32")
             hi = T.alloc_var("int32")
+            flo = T.alloc_var("int32")  # latest start / earliest end over the rows (full tiles)
+            fhi = T.alloc_var("int32")
             tx = T.get_thread_binding()
             row0 = bx * BN
 
@@ -266,6 +422,24 @@ def score_kernel(
             for w in T.serial(1, nwarps):
                 lo = T.min(lo, red_s[w])
                 hi = T.max(hi, red_s[nwarps + w])
+            flo = INT_MAX
+            fhi = 0
+            if full:
+                # A tile is whole when key0 >= max start and key0 + BM <= min end; an empty or
+                # missing row (start INT_MAX, end 0) makes no tile whole.
+                flo = T.warp_reduce_max(lo_s[tx % BN])
+                fhi = T.warp_reduce_min(hi_s[tx % BN])
+                if tx % 32 == 0:
+                    red_s[2 * nwarps + tx // 32] = flo
+                    red_s[3 * nwarps + tx // 32] = fhi
+                T.sync_threads()
+                flo = red_s[2 * nwarps]
+                fhi = red_s[3 * nwarps]
+                for w in T.serial(1, nwarps):
+                    flo = T.max(flo, red_s[2 * nwarps + w])
+                    fhi = T.min(fhi, red_s[3 * nwarps + w])
+                # Keeps `flo + BM` from overflowing; an empty row (fhi = 0) still makes no tile whole.
+                flo = T.min(flo, 2**30)
 
             if by * TPC * BM < hi and by * TPC * BM + TPC * BM > lo:
                 # All four heads in one cp.async group: one round trip before the first GEMM.
@@ -276,31 +450,18 @@ def score_kernel(
                 # of tile it+2 runs under the GEMMs and stores of tile it+1. Tiles past nk load
                 # zeros (bounds predicate) and store nothing.
                 if overlap:
-                    # Manual stages (load one tile ahead): step it loads tile it+1, issues tile
-                    # it's GEMM (async wgmma), runs tile it-1's epilogue under it, then waits.
-                    # The slot being loaded last fed tile it-1's GEMM, which every warp waited
-                    # on before the previous step's closing barrier. The pipeline pass counts
-                    # nine statements here (the `if` splits into four).
-                    for it in T.Pipelined(TPC, order=list(range(9)), stage=[0] + [1] * 8):
-                        for i, d in T.Parallel(BM, DIM):
-                            K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
-                        # Unconditional GEMM and wait: a branch around them makes ptxas wait early.
-                        T.wgmma_gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
-                        if it > 0:
-                            stage_tile(
-                                total, O_s, lo_s, hi_s, (by * TPC + it - 1) * BM,
-                                (by * TPC + it - 1) * BM < hi and (by * TPC + it) * BM > lo, scale,
-                            )  # fmt: skip
-                            store_tile(O_s, out, bz, row0, (by * TPC + it - 1) * BM)
-                        T.wait_wgmma(0)
-                        # O_s is free again and the K slot tile it read may be reloaded.
-                        T.sync_threads()
-                        head_sum(acc, total)
-                    stage_tile(
-                        total, O_s, lo_s, hi_s, (by * TPC + TPC - 1) * BM,
-                        (by * TPC + TPC - 1) * BM < hi and (by * TPC + TPC) * BM > lo, scale,
-                    )  # fmt: skip
-                    store_tile(O_s, out, bz, row0, (by * TPC + TPC - 1) * BM)
+                    tile0 = by * TPC
+                    args = (k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale)
+                    if trim:
+                        # Tiles of this chunk up to the last visible key (>= 1: the chunk is seen).
+                        if hi - tile0 * BM <= TPC // 4 * BM:
+                            chunk_tiles(TPC // 4, *args)
+                        elif hi - tile0 * BM <= TPC // 2 * BM:
+                            chunk_tiles(TPC // 2, *args)
+                        else:
+                            chunk_tiles(TPC, *args)
+                    else:
+                        chunk_tiles(TPC, *args)
                 else:
                     for it in T.Pipelined(TPC, num_stages=2):
                         for i, d in T.Parallel(BM, DIM):
