@@ -2,11 +2,12 @@
 
 Specializations: score kernel x {bf16, fp16} x {TMA store (keys % 4 == 0), plain store} (the
 default schedule turns on every epilogue refinement, each checked in the generated source),
-plus every other score schedule in ``mqa_score_kernel.VARIANTS`` whose code paths no other
-compiled schedule covers (bf16, one tile count each; tiles per CTA is a trip count); decode kernel x {bf16, fp16} x page size {8, 16, 32, 64} on the vector path. The
-element-load decode path (unaligned k_cache) differs only in its load code, so two of its
-specializations (both dtypes, both page-size extremes) are compiled to keep the CPU suite
-short.
+plus every other score schedule in ``mqa_score_kernel.VARIANTS`` whose code paths (epilogue
+refinements, launch orders) no other compiled schedule covers (bf16, one tile count each;
+tiles per CTA is a trip count); decode kernel x {bf16, fp16} x page size {8, 16, 32, 64} on
+the vector path. The element-load decode path (unaligned k_cache) differs only in its load
+code, so two of its specializations (both dtypes, both page-size extremes) are compiled to
+keep the CPU suite short.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def _check_schedule(src: str, schedule) -> None:
     # Trim: three copies of the tile loop (a quarter, half or all of the CTA's tiles).
     assert (src.count("for (int it") > 2) == schedule.trim
     assert ("EVICT_FIRST" in src) == schedule.evict_first
+    # Chunk-major grid: row block and key chunk are the folded grid x divided by / modulo the
+    # chunk count; mirror takes row blocks from both ends by the parity of that quotient.
+    assert ("% ((nk + " in src) == schedule.chunk_major
+    assert ("((rb % 2) == 0)" in src) == schedule.mirror
     if schedule.late_wait:
         # The in-loop store is left in flight past the wgmma wait (waited before the barrier).
         loop = src[src.index("for (int it") :]
@@ -51,11 +56,11 @@ def _check_schedule(src: str, schedule) -> None:
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_score_kernel_compiles(dtype: str, tma_out: bool, keys: int) -> None:
-    """The launcher's default specializations: the default schedule for bulk stores (the tile
-    count of long and of shorter key ranges), rows on M with plain stores otherwise."""
+    """The launcher's default specializations: for bulk stores the default schedule of long key
+    ranges and the chunk-major one of shorter ranges, rows on M with plain stores otherwise."""
     from mate_kernels_musa._build import build
 
-    schedule = mqa_score_kernel.DEFAULT_SCHEDULE if tma_out else mqa_score_kernel.Schedule()
+    schedule = mqa_score_kernel.default_schedule(keys, tma_out) if tma_out else mqa_score_kernel.Schedule()
     consts = (dtype, *mqa_score_kernel.default_tiles(keys, tma_out), tma_out, *schedule)
     src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", *consts))
     # Hopper path: warpgroup MMA and 16-byte cp.async loads of Q and K; bulk tensor stores.
@@ -65,24 +70,24 @@ def test_score_kernel_compiles(dtype: str, tma_out: bool, keys: int) -> None:
     _check_schedule(src, schedule)
 
 
-REFINEMENTS = mqa_score_kernel.REFINEMENTS
+# Independent code paths of the overlapped schedule: epilogue refinements and launch orders.
+FEATURES = mqa_score_kernel.REFINEMENTS + tuple(name for name, _ in mqa_score_kernel.ORDERS)
 
 
 def _covered(schedule, others) -> bool:
     """Whether another schedule of the same base turns on a strict superset of ``schedule``'s
-    epilogue refinements (each refinement is an independent code path: compiling the
-    superset exercises it)."""
-    on = {r for r in REFINEMENTS if getattr(schedule, r)}
-    return any(
-        o[:2] == schedule[:2] and on < {r for r in REFINEMENTS if getattr(o, r)} for o in others if o != schedule
-    )
+    refinements and launch orders (each is an independent code path: compiling the superset
+    exercises it)."""
+    on = {r for r in FEATURES if getattr(schedule, r)}
+    return any(o[:2] == schedule[:2] and on < {r for r in FEATURES if getattr(o, r)} for o in others if o != schedule)
 
 
-# One variant per non-default schedule (tiles per CTA is only a trip count; each compile
-# costs the 2-core CI several seconds), skipping schedules whose refinements a compiled
-# schedule (the default included) turns on too.
-_SCHEDULES = {s: (t, s) for t, s in reversed(mqa_score_kernel.VARIANTS) if s != mqa_score_kernel.DEFAULT_SCHEDULE}
-OTHER_VARIANTS = [v for s, v in _SCHEDULES.items() if not _covered(s, [*_SCHEDULES, mqa_score_kernel.DEFAULT_SCHEDULE])]
+# One variant per schedule the launcher never picks (tiles per CTA is only a trip count; each
+# compile costs the 2-core CI several seconds), skipping schedules whose code paths a compiled
+# schedule (the launcher's two included) turns on too.
+_DEFAULTS = (mqa_score_kernel.DEFAULT_SCHEDULE, mqa_score_kernel.SHORT_KEYS_SCHEDULE)
+_SCHEDULES = {s: (t, s) for t, s in reversed(mqa_score_kernel.VARIANTS) if s not in _DEFAULTS}
+OTHER_VARIANTS = [v for s, v in _SCHEDULES.items() if not _covered(s, [*_SCHEDULES, *_DEFAULTS])]
 
 
 @pytest.mark.parametrize(
@@ -97,12 +102,17 @@ def test_score_schedule_variants_compile(tiles, schedule) -> None:
 
 
 def test_default_tiles_by_key_count() -> None:
-    """Long key ranges walk 64 tiles per CTA, shorter ones 32 (bulk stores only)."""
-    long_, short = mqa_score_kernel.LONG_KEYS, mqa_score_kernel.LONG_KEYS - 4
-    assert mqa_score_kernel.default_tiles(long_, True) == mqa_score_kernel.DEFAULT_TILES
-    assert mqa_score_kernel.default_tiles(short, True)[3] == 32
-    assert mqa_score_kernel.default_tiles(short, False) == mqa_score_kernel.DEFAULT_TILES
-    assert (mqa_score_kernel.default_tiles(short, True), mqa_score_kernel.DEFAULT_SCHEDULE) in mqa_score_kernel.VARIANTS
+    """Long key ranges walk 64 tiles per CTA in row-block order, shorter ones 32 chunk-major
+    with mirrored row blocks (bulk stores only); the launcher's choices are all VARIANTS."""
+    m = mqa_score_kernel
+    long_, short = m.LONG_KEYS, m.LONG_KEYS - 4
+    assert m.default_tiles(long_, True) == m.DEFAULT_TILES
+    assert m.default_schedule(long_, True) == m.DEFAULT_SCHEDULE
+    assert m.default_tiles(short, True)[3] == 32
+    assert m.default_schedule(short, True) == m.DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)
+    assert m.default_tiles(short, False) == m.DEFAULT_TILES
+    for keys in (long_, short):
+        assert (m.default_tiles(keys, True), m.default_schedule(keys, True)) in m.VARIANTS
 
 
 def test_schedule_preconditions_raise() -> None:
@@ -112,6 +122,8 @@ def test_schedule_preconditions_raise() -> None:
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, False, True)
     with pytest.raises(ValueError, match="refine the overlapped epilogue"):
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, trim=True)
+    with pytest.raises(ValueError, match="chunk_major=True"):
+        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, mirror=True)
 
 
 DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]

@@ -51,14 +51,15 @@ def launch_score(
     out: torch.Tensor,
     scale: float,
     tiles: tuple[int, int, int, int] | None = None,
-    schedule: mqa_score_kernel.Schedule = mqa_score_kernel.DEFAULT_SCHEDULE,
+    schedule: mqa_score_kernel.Schedule | None = None,
 ) -> None:
     """Run the score kernel on ``q [nb, nq, 4, 128]``, ``k [nb, nk, 128]``, ``out [nb, nq, nk]``.
 
     ``starts``/``ends`` are ``[nb, nq]`` int32; ``tiles`` is ``(block_rows, block_keys, threads,
     tiles_per_cta)`` (default: :func:`~.mqa_score_kernel.default_tiles` of ``nk``) and
-    ``schedule`` a :class:`~.mqa_score_kernel.Schedule`; the grid is derived from the shapes
-    inside the kernel.
+    ``schedule`` a :class:`~.mqa_score_kernel.Schedule` (default:
+    :func:`~.mqa_score_kernel.default_schedule` of ``nk``); the grid is derived from the
+    shapes inside the kernel.
     """
     if out.numel() == 0:
         return
@@ -66,6 +67,8 @@ def launch_score(
     tma_out = out.shape[2] % 4 == 0 and out.data_ptr() % 16 == 0
     if tiles is None:
         tiles = mqa_score_kernel.default_tiles(out.shape[2], tma_out)
+    if schedule is None:
+        schedule = mqa_score_kernel.default_schedule(out.shape[2], tma_out)
     if not tma_out and schedule.keys_on_m:
         schedule = mqa_score_kernel.Schedule()  # keys-on-M stages only for bulk stores
     kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles, tma_out, *schedule)

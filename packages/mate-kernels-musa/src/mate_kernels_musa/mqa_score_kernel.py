@@ -43,6 +43,15 @@ Epilogue refinements of the overlapped keys-on-M schedule (compile-time flags of
 
 Tiles per CTA: 64 from ``LONG_KEYS`` = 32768 keys up, 32 below (:func:`default_tiles`).
 
+Launch order (compile-time flags of :class:`Schedule`, any schedule): by default the grid is
+(row blocks, key chunks, nb) with row blocks fastest, so a wave holds one key chunk of many
+row blocks; on causal shapes the first chunk is all GEMMs and the last ones nearly all
+``-inf`` streaming, which run in turn instead of side by side. ``chunk_major`` folds row
+block and chunk into grid x with the chunk fastest (no 65535 limit); ``mirror`` then takes
+row blocks from both ends in turn (0, last, 1, last - 1, ...), so each wave mixes rows that
+see little with rows that see everything. Below ``LONG_KEYS`` the launcher uses both
+(:func:`default_schedule`, ``SHORT_KEYS_SCHEDULE``); from it up the row-block order.
+
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
 tile and row-contiguous stores.
@@ -64,6 +73,18 @@ L2 flushed by reading, us; prefill = 4096 rows x 32768 keys, floor 168.9 us (mat
   one-group Q load and the blind-CTA path, rows on M with 16 tiles: 336.5 / 549.6)
 - the prefill shape with every interval empty (only ``-inf`` bulk stores): 149.9 without,
   159.6 with the evict-first hint (write floor 126.6).
+- launch order (one later device run, default refinements; prefill floor 172.8, causal
+  253.1): row-block order 64 tiles 240.7 / 409.9, 32 tiles 242.4 / 389.3 (1.54x);
+  chunk_major 32 tiles 245.8 / 391.5, 64 tiles 241.5 / 421.8; chunk_major + mirror 32
+  tiles 247.2 / 369.6 (1.46x; p10-p90 344.7-373.5 against 372.9-395.9), 64 tiles 243.1 /
+  393.1. Chunk-major alone only swaps one gradient for another (early rows mostly
+  ``-inf``, late rows all GEMMs); mirroring evens each wave out. The gain is ~5%, not the
+  ~25% a full overlap of the ~171 us of math with the 253 us of writes would give: a CTA
+  that streams ``-inf`` still holds one of the two shared-memory slots of its SM, so
+  GEMM and ``-inf`` CTAs mostly take turns on the SMs (estimate: the prefill shape, the
+  same visible work, takes ~240 us and blind prefill, the same ``-inf`` volume, ~147 us;
+  their sum is the 389 us of the row-block order). Same run: ``qsa_indexer_mqa_score`` on
+  the prefill shape 254.4, blind prefill 146.9.
 
 (causal medians spread by +-3%, prefill by +-0.5%.) The refinements attack the per-tile
 epilogue, which sits on the critical path between one tile's wgmma completing and the
@@ -113,10 +134,19 @@ class Schedule(NamedTuple):
     # Overlap only: the bulk stores of scores carry the L2 evict-first hint (the output is
     # written once; the K tiles every row block re-reads stay in L2).
     evict_first: bool = False
+    # Grid order (any schedule). chunk_major: the key chunk is the fastest launch index (one
+    # folded grid axis), so a row block's chunks run side by side: blind and compute CTAs of
+    # the same rows share the SMs instead of a wave holding one chunk of many row blocks.
+    # mirror (chunk_major only): row blocks are taken from both ends in turn (0, last, 1, ...),
+    # so causal rows that see little run next to rows that see everything.
+    chunk_major: bool = False
+    mirror: bool = False
 
 
 # The overlapped schedule's epilogue refinements (boolean fields of Schedule).
 REFINEMENTS = ("full", "late_wait", "trim", "evict_first")
+# Launch-order flags of Schedule (labels: -cmajor, -mirror).
+ORDERS = (("chunk_major", "cmajor"), ("mirror", "mirror"))
 DEFAULT_SCHEDULE = Schedule(keys_on_m=True, overlap=True, full=True, late_wait=True, trim=True, evict_first=True)
 
 
@@ -134,6 +164,18 @@ LONG_KEYS = 8 * TILES_PER_CTA * BLOCK_KEYS
 def default_tiles(keys: int, tma_out: bool) -> tuple[int, int, int, int]:
     """Tile constants the launcher uses for outputs ``keys`` wide (bulk stores or not)."""
     return _tiles(32) if tma_out and keys < LONG_KEYS else DEFAULT_TILES
+
+
+# Below LONG_KEYS (the causal regime) the grid runs chunk-major with mirrored row blocks, so
+# CTAs that compute and CTAs that mostly stream -inf share each wave. H200: 32768 x 8192
+# causal 369.6 us vs 389.3 row-block order (32 tiles); a shape every row sees whole pays
+# ~2% (4096 x 32768 at 32 tiles: 247.2 vs 242.4), long key ranges keep the row-block order.
+SHORT_KEYS_SCHEDULE = DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)
+
+
+def default_schedule(keys: int, tma_out: bool) -> Schedule:
+    """Schedule the launcher uses for outputs ``keys`` wide with bulk stores (``tma_out``)."""
+    return SHORT_KEYS_SCHEDULE if tma_out and keys < LONG_KEYS else DEFAULT_SCHEDULE
 
 
 # Every (tiles, schedule) kept compilable and checked on the GPU; the benchmark times each.
@@ -154,6 +196,10 @@ VARIANTS: tuple[tuple[tuple[int, int, int, int], Schedule], ...] = (
     (_tiles(32), DEFAULT_SCHEDULE),
     (_tiles(128), DEFAULT_SCHEDULE),
     (_tiles(128), Schedule(True, True)),
+    (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True)),
+    (_tiles(32), SHORT_KEYS_SCHEDULE),
+    (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True)),
+    (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)),
 )
 
 
@@ -161,6 +207,7 @@ def variant_label(tiles: tuple[int, int, int, int], schedule: Schedule) -> str:
     """Short name of a variant, e.g. ``keys-overlap-tpc32`` or ``keys-overlap-full-trim-tpc64``."""
     kind = ("keys-overlap" if schedule.overlap else "keys") if schedule.keys_on_m else "rows"
     extras = "".join(f"-{name.replace('_', '')}" for name in REFINEMENTS if getattr(schedule, name))
+    extras += "".join(f"-{short}" for name, short in ORDERS if getattr(schedule, name))
     return f"{kind}{extras}-tpc{tiles[3]}"
 
 
@@ -177,6 +224,8 @@ def score_kernel(
     late_wait: bool = False,
     trim: bool = False,
     evict_first: bool = False,
+    chunk_major: bool = False,
+    mirror: bool = False,
 ) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
@@ -197,6 +246,8 @@ def score_kernel(
         raise ValueError("the overlapped epilogue needs the keys-on-M schedule")
     if (full or late_wait or trim or evict_first) and not overlap:
         raise ValueError("full, late_wait, trim and evict_first refine the overlapped epilogue (overlap=True)")
+    if mirror and not chunk_major:
+        raise ValueError("mirror reorders the row blocks of the chunk-major grid (chunk_major=True)")
     policy = {"eviction_policy": "evict_first"} if evict_first else {}
     if keys_on_m and not (tma_out and block_rows == WG_ROWS):
         # 128 rows (two warpgroups on N) fails TileLang 0.1.15's layout inference.
@@ -365,6 +416,24 @@ def score_kernel(
             T.sync_threads()
             store_blind(O_s, out, bz, row0, (tile0 + n) * BM, TPC - n)
 
+    @T.macro
+    def launch_order_position(gx, gy, nrb, nch):
+        # Row block and key chunk of the CTA at grid (gx, gy). Row-block order: the grid is
+        # (row blocks, chunks).
+        return gx, gy
+
+    @T.macro
+    def chunk_major_position(gx, gy, nrb, nch):
+        # Chunk-major: gx = row block * nch + chunk (gx >= 0: trunc is floor), computed once;
+        # mirror maps 0, 1, 2, 3, ... to row blocks 0, last, 1, last - 1, ...
+        rb = T.alloc_var("int32", init=T.truncdiv(gx, nch))
+        if mirror:
+            rb = T.if_then_else(T.truncmod(rb, 2) == 0, T.truncdiv(rb, 2), nrb - 1 - T.truncdiv(rb, 2))
+        ch = T.alloc_var("int32", init=T.truncmod(gx, nch))
+        return rb, ch
+
+    grid_position = chunk_major_position if chunk_major else launch_order_position
+
     @T.prim_func
     def mqa_score(
         q_raw: T.StridedTensor((nb, nq, HEADS, DIM), (sq0, sq1, sq2, 1), dtype),
@@ -379,7 +448,15 @@ def score_kernel(
         k_s81: T.int64,
         scale: T.float32,
     ):
-        with T.Kernel(T.ceildiv(nq, BN), T.ceildiv(T.ceildiv(nk, BM), TPC), nb, threads=threads) as (bx, by, bz):
+        nrb = T.ceildiv(nq, BN)
+        nch = T.ceildiv(T.ceildiv(nk, BM), TPC)
+        # Grid x holds (row block, chunk) folded when chunk-major: 2^31 - 1 CTAs, not 65535.
+        with T.Kernel(nrb * nch if chunk_major else nrb, 1 if chunk_major else nch, nb, threads=threads) as (
+            gx,
+            gy,
+            bz,
+        ):
+            bx, by = grid_position(gx, gy, nrb, nch)
             q = vec_view(q_raw, (q_s80, q_s81, q_s82))
             k = vec_view(k_raw, (k_s80, k_s81))
             Q_s = T.alloc_shared((HEADS * BN, DIM), dtype)
