@@ -64,3 +64,40 @@ def run_case(case):
     sparse_attention(native)
     check(native, ref, case)
     return native
+
+
+def graph_case(gen, query_kind, **kwargs):
+    """A small case for the CUDA-graph tests, on the GPU: no ``out`` view, LSE returned."""
+    case = cases.random_case(gen, max_rows=40, max_width=260, query_kind=query_kind, **kwargs)
+    case.kwargs.pop("out", None)
+    case.out_base = None
+    case.kwargs["return_lse"] = True
+    return case.to("cuda")
+
+
+def check_graph_replay(case, run):
+    """Capture ``run(native)`` after a warm-up, then replay it twice with new data, ids, page
+    mapping and lengths written into the captured tensors, and ``check`` each replay."""
+    native, _ = plans(case)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run(native)  # warm-up: compiles/loads kernels, creates placeholders
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(native)
+    kw = case.kwargs
+    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
+    for _ in range(2):
+        for name in ("query", "key", "value"):
+            kw[name].copy_(torch.randn(kw[name].shape, device="cuda").to(kw[name].dtype))
+        kw["token_indices"].copy_(torch.randint(-1, cap, kw["token_indices"].shape, device="cuda", dtype=torch.int32))
+        perm = torch.randperm(kw["key"].shape[0], device="cuda")[: kw["block_table"].numel()]
+        kw["block_table"].copy_(perm.view_as(kw["block_table"]).to(torch.int32))
+        if "seq_lens_k" in kw:
+            kw["seq_lens_k"].copy_(torch.randint(1, cap + 1, kw["seq_lens_k"].shape, device="cuda", dtype=torch.int32))
+        native.out.fill_(float("nan"))
+        native.lse.fill_(float("nan"))
+        graph.replay()
+        check(native, reference(case), case)

@@ -20,7 +20,7 @@ import torch
 pytestmark = pytest.mark.gpu
 
 cases = checks.cases
-_reference, _plans, _check, _run_case = checks.reference, checks.plans, checks.check, checks.run_case
+_plans, _check, _run_case = checks.plans, checks.check, checks.run_case
 
 
 @pytest.mark.parametrize("index", range(32))
@@ -129,44 +129,12 @@ def test_padded_kv(gen: torch.Generator) -> None:
     _check(native, ref, case)
 
 
-def _graph_case(gen, query_kind):
-    case = cases.random_case(gen, max_rows=40, max_width=260, query_kind=query_kind, num_splits=None)
-    case.kwargs.pop("out", None)
-    case.out_base = None
-    case.kwargs["return_lse"] = True
-    return case.to("cuda")
-
-
 @pytest.mark.parametrize("query_kind", ["cu", "t2r", "padded"])
 def test_cuda_graph_replay_new_metadata(query_kind: str, gen: torch.Generator) -> None:
     """Capture after warm-up, then replay with new data and metadata values in the same tensors."""
     from mate_kernels_musa import sparse_attention
 
-    case = _graph_case(gen, query_kind)
-    native, _ = _plans(case)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        sparse_attention(native)  # warm-up: compiles/loads kernels, creates placeholders
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sparse_attention(native)
-    kw = case.kwargs
-    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
-    for _ in range(2):
-        # New values in the captured tensors: data, ids, page mapping, lengths.
-        for name in ("query", "key", "value"):
-            kw[name].copy_(torch.randn(kw[name].shape, device="cuda").to(kw[name].dtype))
-        kw["token_indices"].copy_(torch.randint(-1, cap, kw["token_indices"].shape, device="cuda", dtype=torch.int32))
-        perm = torch.randperm(kw["key"].shape[0], device="cuda")[: kw["block_table"].numel()]
-        kw["block_table"].copy_(perm.view_as(kw["block_table"]).to(torch.int32))
-        if "seq_lens_k" in kw:
-            kw["seq_lens_k"].copy_(torch.randint(1, cap + 1, kw["seq_lens_k"].shape, device="cuda", dtype=torch.int32))
-        native.out.fill_(float("nan"))
-        native.lse.fill_(float("nan"))
-        graph.replay()
-        _check(native, _reference(case), case)
+    checks.check_graph_replay(checks.graph_case(gen, query_kind, num_splits=None), sparse_attention)
 
 
 def test_bitwise_deterministic(gen: torch.Generator) -> None:

@@ -178,34 +178,7 @@ def test_cuda_graph_replay_new_metadata(query_kind: str, gen: torch.Generator) -
     """Capture after warm-up, then replay with new data, ids, pages and lengths in the same tensors."""
     from mate_kernels_musa.sparse_union import sparse_attention_union
 
-    case = cases.random_case(gen, max_rows=40, max_width=260, query_kind=query_kind)
-    case.kwargs.pop("out", None)
-    case.out_base = None
-    case.kwargs["return_lse"] = True
-    case = case.to("cuda")
-    native, _ = checks.plans(case)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        sparse_attention_union(native)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sparse_attention_union(native)
-    kw = case.kwargs
-    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
-    for _ in range(2):
-        for name in ("query", "key", "value"):
-            kw[name].copy_(torch.randn(kw[name].shape, device="cuda").to(kw[name].dtype))
-        kw["token_indices"].copy_(torch.randint(-1, cap, kw["token_indices"].shape, device="cuda", dtype=torch.int32))
-        perm = torch.randperm(kw["key"].shape[0], device="cuda")[: kw["block_table"].numel()]
-        kw["block_table"].copy_(perm.view_as(kw["block_table"]).to(torch.int32))
-        if "seq_lens_k" in kw:
-            kw["seq_lens_k"].copy_(torch.randint(1, cap + 1, kw["seq_lens_k"].shape, device="cuda", dtype=torch.int32))
-        native.out.fill_(float("nan"))
-        native.lse.fill_(float("nan"))
-        graph.replay()
-        checks.check(native, checks.reference(case), case)
+    checks.check_graph_replay(checks.graph_case(gen, query_kind), sparse_attention_union)
 
 
 def test_bitwise_deterministic(gen: torch.Generator) -> None:
