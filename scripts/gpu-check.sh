@@ -23,7 +23,7 @@ fi
 if [[ $steps == *sanitizer* ]]; then
   echo "=== compute-sanitizer memcheck subset"
   : > "$out/sanitizer.txt"
-  for sel in "$mqa::test_decode_matches_reference[8-bf16] $mqa::test_decode_unaligned_cache_element_path[dtype0-8] $mqa::test_prefill_matches_reference[5-3-ragged-bf16] $mqa::test_prefill_matches_reference[200-1000-ragged-bf16] $mqa::test_decode_broadcast_and_4d_query $mqa::test_indexer_score_matches_reference[2-100-9-False-True-bf16]" \
+  for sel in "$mqa::test_decode_matches_reference[8-bf16] $mqa::test_decode_unaligned_cache_element_path[dtype0-8] $mqa::test_prefill_matches_reference[5-3-ragged-bf16] $mqa::test_prefill_matches_reference[200-1000-ragged-bf16] $mqa::test_decode_broadcast_and_4d_query $mqa::test_indexer_score_matches_reference[2-100-9-False-True-bf16] $mqa::test_indexer_score_matches_reference[2-300-4400-True-True-bf16] $mqa::test_score_variants_match_reference[bf16-keys-overlap-full-latewait-trim-evictfirst-cmajor-mirror-spread-tpc32-950-5000-stretch]" \
              "$sparse -k memcheck" "$union -k memcheck"; do
     # shellcheck disable=SC2086  # the selection is a word list on purpose
     timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -43,6 +43,8 @@ def _check_schedule(src: str, schedule) -> None:
     # chunk count; mirror takes row blocks from both ends by the parity of that quotient.
     assert ("% ((nk + " in src) == schedule.chunk_major
     assert ("((rb % 2) == 0)" in src) == schedule.mirror
+    # Spread: the computing CTAs store -inf 4-key groups straight from registers.
+    assert ("*(float4*)(out + " in src) == schedule.spread
     if schedule.late_wait:
         # The in-loop store is left in flight past the wgmma wait (waited before the barrier).
         loop = src[src.index("for (int it") :]
@@ -103,13 +105,14 @@ def test_score_schedule_variants_compile(tiles, schedule) -> None:
 
 def test_default_tiles_by_key_count() -> None:
     """Long key ranges walk 64 tiles per CTA in row-block order, shorter ones 32 chunk-major
-    with mirrored row blocks (bulk stores only); the launcher's choices are all VARIANTS."""
+    with mirrored row blocks and spread -inf stores (bulk stores only); the launcher's choices
+    are all VARIANTS."""
     m = mqa_score_kernel
     long_, short = m.LONG_KEYS, m.LONG_KEYS - 4
     assert m.default_tiles(long_, True) == m.DEFAULT_TILES
     assert m.default_schedule(long_, True) == m.DEFAULT_SCHEDULE
     assert m.default_tiles(short, True)[3] == 32
-    assert m.default_schedule(short, True) == m.DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)
+    assert m.default_schedule(short, True) == m.DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
     assert m.default_tiles(short, False) == m.DEFAULT_TILES
     for keys in (long_, short):
         assert (m.default_tiles(keys, True), m.default_schedule(keys, True)) in m.VARIANTS
@@ -124,6 +127,8 @@ def test_schedule_preconditions_raise() -> None:
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, trim=True)
     with pytest.raises(ValueError, match="chunk_major=True"):
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, mirror=True)
+    with pytest.raises(ValueError, match="spread needs the overlapped epilogue"):
+        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, spread=True)
 
 
 DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]

@@ -68,6 +68,14 @@ def _intervals(gen: torch.Generator, rows: int, keys: int, kind: str) -> tuple[t
         return torch.zeros(rows, dtype=torch.int32), ((pos + 1) // 4).to(torch.int32)
     if kind == "prefix":  # every row ends within the first 200 keys: later key chunks are blind
         return torch.zeros(rows, dtype=torch.int32), torch.randint(0, 200, (rows,), generator=gen, dtype=torch.int32)
+    if kind == "stretch":
+        # Row r sees [0, r * keys / rows), so early row blocks see one key chunk and late ones
+        # all; rows 0..129 and 448..575 see nothing (with 950 rows: row blocks 0, 1, 7 and 8 are
+        # empty, 7 is the middle of 15 and pairs with itself, 8 pairs with the partly seen 6).
+        ends = torch.arange(rows) * keys // rows
+        ends[:130] = 0
+        ends[448:576] = 0
+        return torch.zeros(rows, dtype=torch.int32), ends.to(torch.int32)
     # Ragged: some empty (start >= end), some negative starts, ends past the last key.
     a = torch.randint(-8, keys + 8, (rows,), generator=gen)
     b = torch.randint(-8, keys + 16, (rows,), generator=gen)
@@ -117,6 +125,7 @@ VARIANT_CASES = [
     (64, 2000, "causal"),  # trim to half a chunk (64 tiles per CTA), then -inf tiles
     (96, 9000, "prefix"),  # CTAs that see none of their keys (bulk-store -inf stream)
     (96, 9001, "prefix"),  # the same with plain stores
+    (950, 5000, "stretch"),  # -inf chunks spread over the computing CTAs of row-block pairs
 ]
 
 
@@ -159,6 +168,7 @@ INDEXER_CASES = [
     (3, 37, 50, False, False),
     (2, 100, 9, False, True),  # rows beyond the last block, padded rows
     (4, 70, 300, True, True),
+    (2, 300, 4400, True, True),  # several key chunks: the spread -inf stores across requests
 ]
 
 

@@ -52,6 +52,27 @@ row blocks from both ends in turn (0, last, 1, last - 1, ...), so each wave mixe
 see little with rows that see everything. Below ``LONG_KEYS`` the launcher uses both
 (:func:`default_schedule`, ``SHORT_KEYS_SCHEDULE``); from it up the row-block order.
 
+Spread -inf stores (``spread``, compile-time, overlapped schedule only): without it a CTA
+whose key chunk no row of its block sees streams that chunk's ``-inf`` and nothing else. With
+it, row blocks ``rb`` and ``last - rb`` form a pair (the row blocks the mirrored order runs
+side by side); every CTA of the pair derives, from both blocks' row intervals, which chunks
+each block sees, and the pair's blind chunks are split into equal ranges of tiles among its
+computing CTAs, which store them as 16-byte ``-inf`` groups from registers at the start of
+each epilogue (no shared memory, no extra barrier) while the step's wgmma runs. A CTA of a
+blind chunk then exits after reading the intervals; a pair that sees nothing streams as
+before. Meant to let the ``-inf`` writes run under the GEMMs instead of in CTAs that hold
+one of the SM's two shared-memory slots. Measured (H200, two rounds each, us): causal
+32768 x 8192 at 32 tiles chunk-major 370.2 / 369.8 with, 374.2 / 371.1 without, i.e. no
+gain beyond noise; at 64 tiles in row-block order 392.0 / 390.8 against 408.2 / 409.1; the
+4096 x 32768 prefill (nothing blind) at 32 tiles chunk-major 232.9 / 233.3 against 242.9 /
+243.4. Nsight Compute on the causal shape explains the first: the kernel is latency-bound,
+not bandwidth-bound (DRAM writes 2.9-3.0 TB/s against 3.5 TB/s for pure ``-inf`` streaming,
+SM throughput ~45%, issue slots 25-36% busy, two warpgroups per SM), and the stores sit on
+the same warpgroup's serial path as the epilogue they share, so they cost that warpgroup
+about what the streaming CTAs cost the SM. Overlapping them for real needs a separate
+storing warp (warp specialization). Why the prefill shape gains is not established: the
+work is the same; the kernel differs in registers (212 -> 233) and code layout.
+
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
 tile and row-contiguous stores.
@@ -114,6 +135,11 @@ TILES_PER_CTA = 64  # key tiles walked by one CTA (grid y = ceil(key tiles / TIL
 DEFAULT_TILES = (BLOCK_ROWS, BLOCK_KEYS, THREADS, TILES_PER_CTA)
 INT_MAX = 2**31 - 1
 WG_ROWS = 64  # query rows per warpgroup
+# The spread schedule's per-CTA record (a local int32 array): row block, first seen chunk,
+# seen-chunk count and blind-chunk count of the pair's two row blocks (A = the lower index),
+# then this CTA's range [begin, end) of the pair's blind tiles.
+SP_RB_A, SP_CLO_A, SP_SEEN_A, SP_BLIND_A, SP_RB_B, SP_CLO_B, SP_SEEN_B, SP_BEGIN, SP_END = range(9)
+SP_LEN = 9
 
 
 class Schedule(NamedTuple):
@@ -141,12 +167,16 @@ class Schedule(NamedTuple):
     # so causal rows that see little run next to rows that see everything.
     chunk_major: bool = False
     mirror: bool = False
+    # Overlap only: -inf key chunks are written by the computing CTAs of the row-block pair
+    # {rb, last - rb}, spread over their GEMM steps as plain vector stores (no shared memory),
+    # instead of by CTAs that only stream -inf; those exit at once. See the module docstring.
+    spread: bool = False
 
 
 # The overlapped schedule's epilogue refinements (boolean fields of Schedule).
 REFINEMENTS = ("full", "late_wait", "trim", "evict_first")
-# Launch-order flags of Schedule (labels: -cmajor, -mirror).
-ORDERS = (("chunk_major", "cmajor"), ("mirror", "mirror"))
+# Launch-order and -inf distribution flags of Schedule (labels: -cmajor, -mirror, -spread).
+ORDERS = (("chunk_major", "cmajor"), ("mirror", "mirror"), ("spread", "spread"))
 DEFAULT_SCHEDULE = Schedule(keys_on_m=True, overlap=True, full=True, late_wait=True, trim=True, evict_first=True)
 
 
@@ -167,10 +197,13 @@ def default_tiles(keys: int, tma_out: bool) -> tuple[int, int, int, int]:
 
 
 # Below LONG_KEYS (the causal regime) the grid runs chunk-major with mirrored row blocks, so
-# CTAs that compute and CTAs that mostly stream -inf share each wave. H200: 32768 x 8192
-# causal 369.6 us vs 389.3 row-block order (32 tiles); a shape every row sees whole pays
-# ~2% (4096 x 32768 at 32 tiles: 247.2 vs 242.4), long key ranges keep the row-block order.
-SHORT_KEYS_SCHEDULE = DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)
+# CTAs that compute and CTAs that mostly stream -inf share each wave, and the -inf chunks are
+# spread over the computing CTAs. H200: 32768 x 8192 causal 369.6 us vs 389.3 row-block order
+# (32 tiles, before spread; with spread 370.0 vs 372.7, the same); a shape every row sees
+# whole paid ~3% for the chunk-major order, which spread takes back (4096 x 32768 at 32
+# tiles: 233.1 us vs 243.2 without spread, 235.6 in row-block order at 64); long key ranges
+# keep the row-block order.
+SHORT_KEYS_SCHEDULE = DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
 
 
 def default_schedule(keys: int, tma_out: bool) -> Schedule:
@@ -197,7 +230,9 @@ VARIANTS: tuple[tuple[tuple[int, int, int, int], Schedule], ...] = (
     (_tiles(128), DEFAULT_SCHEDULE),
     (_tiles(128), Schedule(True, True)),
     (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True)),
+    (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)),
     (_tiles(32), SHORT_KEYS_SCHEDULE),
+    (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(spread=True)),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True)),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)),
 )
@@ -226,6 +261,7 @@ def score_kernel(
     evict_first: bool = False,
     chunk_major: bool = False,
     mirror: bool = False,
+    spread: bool = False,
 ) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
@@ -248,6 +284,8 @@ def score_kernel(
         raise ValueError("full, late_wait, trim and evict_first refine the overlapped epilogue (overlap=True)")
     if mirror and not chunk_major:
         raise ValueError("mirror reorders the row blocks of the chunk-major grid (chunk_major=True)")
+    if spread and not (overlap and threads >= 2 * block_rows):
+        raise ValueError("spread needs the overlapped epilogue (overlap=True) and two threads per block row")
     policy = {"eviction_policy": "evict_first"} if evict_first else {}
     if keys_on_m and not (tma_out and block_rows == WG_ROWS):
         # 128 rows (two warpgroups on N) fails TileLang 0.1.15's layout inference.
@@ -361,10 +399,37 @@ def score_kernel(
                         out[bz, row0 + r, key0 + it * BM + c] = O_s[r, swz(r, c)]
 
     @T.macro
-    def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only):
+    def spread_blind(out4, bz, sp, step, n, tx):
+        # This CTA's share of the pair's -inf tiles for GEMM step ``step`` of ``n``: 16-byte
+        # stores from registers, issued while the step's wgmma runs. Pair tile b is tile
+        # b % TPC of blind chunk b // TPC; blind chunks are numbered over row block sp[0]'s
+        # (the chunks outside [sp[1], sp[1] + sp[2])), then sp[4]'s (sp[5], sp[6]).
+        per = T.ceildiv(sp[SP_END] - sp[SP_BEGIN], n)
+        b0 = sp[SP_BEGIN] + step * per
+        for b in T.serial(T.max(T.min(b0 + per, sp[SP_END]) - b0, 0)):
+            i = T.truncdiv(b0 + b, TPC)
+            first = i < sp[SP_BLIND_A]
+            j = T.if_then_else(first, i, i - sp[SP_BLIND_A])
+            clo = T.if_then_else(first, sp[SP_CLO_A], sp[SP_CLO_B])
+            chunk = T.if_then_else(j < clo, j, j + T.if_then_else(first, sp[SP_SEEN_A], sp[SP_SEEN_B]))
+            r0 = T.if_then_else(first, sp[SP_RB_A], sp[SP_RB_B]) * BN
+            key0 = (chunk * TPC + T.truncmod(b0 + b, TPC)) * BM
+            for v in T.unroll(BN * BM // 4 // threads):
+                rr = T.truncdiv(v * threads + tx, BM // 4)
+                c4 = T.truncmod(v * threads + tx, BM // 4) * 4
+                # nk % 4 == 0 (bulk stores): a 4-key group is wholly inside or outside.
+                if r0 + rr < nq and key0 + c4 < nk:
+                    for e in T.vectorized(4):
+                        out4[bz, r0 + rr, T.truncdiv(key0 + c4, 4), e] = neg_inf()
+
+    @T.macro
+    def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only, sp, tile0, n, tx):
+
         # Stage and store key tile ``tile`` of the overlapped schedule. ``issue_only`` (late_wait,
         # inside the loop): the bulk store is left in flight; the caller waits on it.
         key0 = tile * BM
+        if spread:
+            spread_blind(sp[1], bz, sp[0], tile - tile0, n, tx)
         if full:
             stage_keys_on_m(
                 total, O_s, lo_s, hi_s, key0, key0 < hi and key0 + BM > lo, key0 >= flo and key0 + BM <= fhi, scale
@@ -382,19 +447,23 @@ def score_kernel(
             store_tile(O_s, out, bz, row0, key0)
 
     @T.macro
-    def overlap_tiles(k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale):
+    def overlap_tiles(
+        k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale, sp, tx
+    ):
         # Manual stages (load one tile ahead): step it loads tile it+1, issues tile it's GEMM
         # (async wgmma), runs tile it-1's epilogue under it, then waits. The slot being
         # loaded last fed tile it-1's GEMM, which every warp waited on before the previous
-        # step's closing barrier. The pipeline pass counts the `if` as four statements.
-        nstmt = 10 if late_wait or evict_first else 9
+        # step's closing barrier. The pipeline pass counts the `if` as four statements (five
+        # with the spread stores).
+        nstmt = (10 if late_wait or evict_first else 9) + (1 if spread else 0)
         for it in T.Pipelined(n, order=list(range(nstmt)), stage=[0] + [1] * (nstmt - 1)):
             for i, d in T.Parallel(BM, DIM):
                 K_s[i, d] = k[bz, (tile0 + it) * BM + i, d]
             # Unconditional GEMM and wait: a branch around them makes ptxas wait early.
             T.wgmma_gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
             if it > 0:
-                epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + it - 1, lo, hi, flo, fhi, scale, late_wait)
+                epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + it - 1, lo, hi, flo, fhi, scale, late_wait,
+                         sp, tile0, n, tx)  # fmt: skip
             T.wait_wgmma(0)
             if late_wait:
                 # The head sum runs while the bulk copy engine still reads O_s.
@@ -406,12 +475,14 @@ def score_kernel(
             else:
                 T.sync_threads()
                 head_sum(acc, total)
-        epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + n - 1, lo, hi, flo, fhi, scale, False)
+        epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + n - 1, lo, hi, flo, fhi, scale, False, sp, tile0, n, tx)
 
     @T.macro
-    def chunk_tiles(n, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale):
+    def chunk_tiles(n, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale, sp, tx):
         # The CTA's chunk: GEMMs and epilogues for its first n tiles, -inf for the rest (trim).
-        overlap_tiles(k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale)
+        overlap_tiles(
+            k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale, sp, tx
+        )
         if n < TPC:
             T.sync_threads()
             store_blind(O_s, out, bz, row0, (tile0 + n) * BM, TPC - n)
@@ -433,6 +504,82 @@ def score_kernel(
         return rb, ch
 
     grid_position = chunk_major_position if chunk_major else launch_order_position
+    CK = TPC * BM  # keys per chunk
+    OWN_WARPS = BN // 32 if spread else nwarps  # warps holding this row block's intervals
+
+    @T.macro
+    def seen_chunks(lo, hi, nch):
+        # First chunk and count of the chunks [c*CK, (c+1)*CK) that meet [lo, hi) (a row
+        # block's union of intervals; lo >= hi: none). Same test as the compute branch below.
+        clo = T.alloc_var("int32", init=0)
+        ns = T.alloc_var("int32", init=0)
+        if lo < hi and hi > 0:
+            clo = T.truncdiv(T.max(lo, 0), CK)
+            ns = T.max(T.min(T.ceildiv(T.min(hi, nch * CK), CK), nch) - clo, 0)
+        return clo, ns
+
+    @T.macro
+    def spread_plan(sp, bx, pbx, by, lo, hi, plo, phi, nch):
+        # Fill sp (see SP_*) for the pair {bx, pbx}; returns (this chunk is seen, the pair
+        # has a seen chunk). The pair's seen CTAs split its blind tiles into equal ranges.
+        clo, ns = seen_chunks(lo, hi, nch)
+        pclo, pns = seen_chunks(plo, phi, nch)
+        own_first = bx <= pbx
+        sp[SP_RB_A] = T.min(bx, pbx)
+        sp[SP_RB_B] = T.max(bx, pbx)
+        sp[SP_CLO_A] = T.if_then_else(own_first, clo, pclo)
+        sp[SP_SEEN_A] = T.if_then_else(own_first, ns, pns)
+        sp[SP_CLO_B] = T.if_then_else(own_first, pclo, clo)
+        sp[SP_SEEN_B] = T.if_then_else(own_first, pns, ns)
+        sp[SP_BLIND_A] = nch - sp[SP_SEEN_A]
+        single = bx == pbx  # the middle row block of an odd count pairs with itself
+        n_seen = sp[SP_SEEN_A] + T.if_then_else(single, 0, sp[SP_SEEN_B])
+        n_tiles = (sp[SP_BLIND_A] + T.if_then_else(single, 0, nch - sp[SP_SEEN_B])) * TPC
+        share = T.ceildiv(n_tiles, T.max(n_seen, 1))
+        rank = by - clo + T.if_then_else(own_first, 0, sp[SP_SEEN_A])
+        sp[SP_BEGIN] = T.min(rank * share, n_tiles)
+        sp[SP_END] = T.min(rank * share + share, n_tiles)
+        return by >= clo and by < clo + ns, n_seen > 0
+
+    @T.macro
+    def chunk_work(q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, sp, tx):
+        # Key chunk ``by`` of row block ``row0 / BN``, which at least one of its rows sees.
+        # All four heads in one cp.async group: one round trip before the first GEMM.
+        for i, d in T.Parallel(HEADS * BN, DIM, annotations=ASYNC):
+            Q_s[i, d] = q[bz, row0 + i % BN, i // BN, d]
+
+        # A fixed trip count (TPC tiles) keeps the loop pipelinable: the cp.async load
+        # of tile it+2 runs under the GEMMs and stores of tile it+1. Tiles past nk load
+        # zeros (bounds predicate) and store nothing.
+        if overlap:
+            tile0 = by * TPC
+            args = (k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale, sp, tx)
+            if trim:
+                # Tiles of this chunk up to the last visible key (>= 1: the chunk is seen).
+                if hi - tile0 * BM <= TPC // 4 * BM:
+                    chunk_tiles(TPC // 4, *args)
+                elif hi - tile0 * BM <= TPC // 2 * BM:
+                    chunk_tiles(TPC // 2, *args)
+                else:
+                    chunk_tiles(TPC, *args)
+            else:
+                chunk_tiles(TPC, *args)
+        else:
+            for it in T.Pipelined(TPC, num_stages=2):
+                for i, d in T.Parallel(BM, DIM):
+                    K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
+                if (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo:
+                    if keys_on_m:
+                        keys_on_m_scores(Q_s, K_s, acc, total)
+                    else:
+                        rows_on_m_scores(Q_s, K_s, acc, total)
+                stage_tile(
+                    total, O_s, lo_s, hi_s, (by * TPC + it) * BM,
+                    (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo, scale,
+                )  # fmt: skip
+                store_tile(O_s, out, bz, row0, (by * TPC + it) * BM)
+                # The next tile rewrites O_s (the -inf branch has no barrier of its own).
+                T.sync_threads()
 
     @T.prim_func
     def mqa_score(
@@ -477,6 +624,15 @@ def score_kernel(
             fhi = T.alloc_var("int32")
             tx = T.get_thread_binding()
             row0 = bx * BN
+            if spread:
+                # The plan record (SP_*), and out as [nb, nq, nk / 4, 4] (nk % 4 == 0 under bulk
+                # stores): 4-key groups the compiler knows to be 16-byte aligned.
+                sp = (
+                    T.alloc_local((SP_LEN,), "int32"),
+                    T.decl_buffer((nb, nq, T.truncdiv(nk, 4), 4), "float32", data=out.data),
+                )
+            else:
+                sp = (None, None)
 
             # Row intervals; rows past nq and empty intervals see nothing.
             lo = INT_MAX
@@ -488,6 +644,12 @@ def score_kernel(
                         hi = ends[bz, row0 + tx]
                 lo_s[tx] = lo
                 hi_s[tx] = hi
+            if spread:
+                # The next BN threads read the partner row block's intervals.
+                if tx >= BN and tx < 2 * BN and (nrb - 1 - bx) * BN + tx - BN < nq:
+                    if starts[bz, (nrb - 1 - bx) * BN + tx - BN] < ends[bz, (nrb - 1 - bx) * BN + tx - BN]:
+                        lo = starts[bz, (nrb - 1 - bx) * BN + tx - BN]
+                        hi = ends[bz, (nrb - 1 - bx) * BN + tx - BN]
             lo = T.warp_reduce_min(lo)
             hi = T.warp_reduce_max(hi)
             if tx % 32 == 0:
@@ -496,7 +658,7 @@ def score_kernel(
             T.sync_threads()
             lo = red_s[0]
             hi = red_s[nwarps]
-            for w in T.serial(1, nwarps):
+            for w in T.serial(1, OWN_WARPS):
                 lo = T.min(lo, red_s[w])
                 hi = T.max(hi, red_s[nwarps + w])
             flo = INT_MAX
@@ -518,43 +680,24 @@ def score_kernel(
                 # Keeps `flo + BM` from overflowing; an empty row (fhi = 0) still makes no tile whole.
                 flo = T.min(flo, 2**30)
 
-            if by * TPC * BM < hi and by * TPC * BM + TPC * BM > lo:
-                # All four heads in one cp.async group: one round trip before the first GEMM.
-                for i, d in T.Parallel(HEADS * BN, DIM, annotations=ASYNC):
-                    Q_s[i, d] = q[bz, row0 + i % BN, i // BN, d]
-
-                # A fixed trip count (TPC tiles) keeps the loop pipelinable: the cp.async load
-                # of tile it+2 runs under the GEMMs and stores of tile it+1. Tiles past nk load
-                # zeros (bounds predicate) and store nothing.
-                if overlap:
-                    tile0 = by * TPC
-                    args = (k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale)
-                    if trim:
-                        # Tiles of this chunk up to the last visible key (>= 1: the chunk is seen).
-                        if hi - tile0 * BM <= TPC // 4 * BM:
-                            chunk_tiles(TPC // 4, *args)
-                        elif hi - tile0 * BM <= TPC // 2 * BM:
-                            chunk_tiles(TPC // 2, *args)
-                        else:
-                            chunk_tiles(TPC, *args)
-                    else:
-                        chunk_tiles(TPC, *args)
-                else:
-                    for it in T.Pipelined(TPC, num_stages=2):
-                        for i, d in T.Parallel(BM, DIM):
-                            K_s[i, d] = k[bz, (by * TPC + it) * BM + i, d]
-                        if (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo:
-                            if keys_on_m:
-                                keys_on_m_scores(Q_s, K_s, acc, total)
-                            else:
-                                rows_on_m_scores(Q_s, K_s, acc, total)
-                        stage_tile(
-                            total, O_s, lo_s, hi_s, (by * TPC + it) * BM,
-                            (by * TPC + it) * BM < hi and (by * TPC + it) * BM + BM > lo, scale,
-                        )  # fmt: skip
-                        store_tile(O_s, out, bz, row0, (by * TPC + it) * BM)
-                        # The next tile rewrites O_s (the -inf branch has no barrier of its own).
-                        T.sync_threads()
+            if spread:
+                plo = T.alloc_var("int32", init=red_s[OWN_WARPS])
+                phi = T.alloc_var("int32", init=red_s[nwarps + OWN_WARPS])
+                for w in T.serial(OWN_WARPS + 1, 2 * OWN_WARPS):
+                    plo = T.min(plo, red_s[w])
+                    phi = T.max(phi, red_s[nwarps + w])
+                own_seen, pair_seen = spread_plan(sp[0], bx, nrb - 1 - bx, by, lo, hi, plo, phi, nch)
+                if own_seen:
+                    chunk_work(
+                        q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, sp, tx
+                    )
+                elif not pair_seen:
+                    # No row of the pair sees anything: every CTA streams its own chunk.
+                    store_blind(O_s, out, bz, row0, by * TPC * BM)
+            elif by * TPC * BM < hi and by * TPC * BM + TPC * BM > lo:
+                chunk_work(
+                    q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, sp, tx
+                )
             else:
                 store_blind(O_s, out, bz, row0, by * TPC * BM)
 
