@@ -28,6 +28,12 @@ A kernel with only the one-pipeline loop measured no better than old W4 on the p
 (3203 vs 3178 us in one run) and ~1% faster on decode; the shipped kernel keeps both
 loops behind the runtime switch (one specialization) and the benchmark sweep times both.
 
+Selection order (H200, 2026-11-29, session 4, probe, two rounds, us): the same prefill
+selections sorted ascending per row (so CTAs that run side by side walk the context in step
+and share more of it through L2) take 3157 / 3178 instead of 3290 / 3306 on uniform blocks
+and 3105 / 3103 instead of 3088 / 3081 with 90% overlap; sorting the ``[4096, 2051]`` ids
+with ``torch.sort`` costs 412 us, so the launcher keeps the caller's order.
+
 Alternatives, measured on the issue-4 shapes (H200, ``benchmarks/bench_sparse.py`` and the
 probes behind the tables below, 2026-11-29, us):
 
