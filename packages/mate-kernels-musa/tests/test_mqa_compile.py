@@ -51,19 +51,15 @@ def _check_schedule(src: str, schedule) -> None:
         assert loop.index("tma_store_arrive") < loop.index("tl::wait_wgmma<0>") < loop.index("tma_store_wait")
 
 
-@pytest.mark.parametrize(
-    ("tma_out", "keys"),
-    [(True, mqa_score_kernel.LONG_KEYS), (True, 4096), (False, 4098)],
-    ids=["tma-store", "tma-store-short", "plain-store"],
-)
+@pytest.mark.parametrize("tma_out", [True, False], ids=["tma-store", "plain-store"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_score_kernel_compiles(dtype: str, tma_out: bool, keys: int) -> None:
-    """The launcher's default specializations: for bulk stores the default schedule of long key
-    ranges and the chunk-major one of shorter ranges, rows on M with plain stores otherwise."""
+def test_score_kernel_compiles(dtype: str, tma_out: bool) -> None:
+    """The launcher's default specializations: keys on M with every refinement, chunk-major
+    mirrored order and spread -inf stores for bulk stores, rows on M with plain stores."""
     from mate_kernels_musa._build import build
 
-    schedule = mqa_score_kernel.default_schedule(keys, tma_out) if tma_out else mqa_score_kernel.Schedule()
-    consts = (dtype, *mqa_score_kernel.default_tiles(keys, tma_out), tma_out, *schedule)
+    schedule = mqa_score_kernel.default_schedule(tma_out)
+    consts = (dtype, *mqa_score_kernel.default_tiles(tma_out), tma_out, *schedule)
     src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", *consts))
     # Hopper path: warpgroup MMA and 16-byte cp.async loads of Q and K; bulk tensor stores.
     assert "wgmma" in src
@@ -86,8 +82,8 @@ def _covered(schedule, others) -> bool:
 
 # One variant per schedule the launcher never picks (tiles per CTA is only a trip count; each
 # compile costs the 2-core CI several seconds), skipping schedules whose code paths a compiled
-# schedule (the launcher's two included) turns on too.
-_DEFAULTS = (mqa_score_kernel.DEFAULT_SCHEDULE, mqa_score_kernel.SHORT_KEYS_SCHEDULE)
+# schedule (the launcher's included) turns on too.
+_DEFAULTS = (mqa_score_kernel.BULK_SCHEDULE,)
 _SCHEDULES = {s: (t, s) for t, s in reversed(mqa_score_kernel.VARIANTS) if s not in _DEFAULTS}
 OTHER_VARIANTS = [v for s, v in _SCHEDULES.items() if not _covered(s, [*_SCHEDULES, *_DEFAULTS])]
 
@@ -103,19 +99,15 @@ def test_score_schedule_variants_compile(tiles, schedule) -> None:
     _check_schedule(src, schedule)
 
 
-def test_default_tiles_by_key_count() -> None:
-    """Long key ranges walk 64 tiles per CTA in row-block order, shorter ones 32 chunk-major
-    with mirrored row blocks and spread -inf stores (bulk stores only); the launcher's choices
-    are all VARIANTS."""
+def test_default_tiles_and_schedule() -> None:
+    """Bulk stores: 32 tiles per CTA, every refinement, chunk-major with mirrored row blocks and
+    spread -inf stores (a variant the GPU tests check); plain stores: 64 tiles, rows on M."""
     m = mqa_score_kernel
-    long_, short = m.LONG_KEYS, m.LONG_KEYS - 4
-    assert m.default_tiles(long_, True) == m.DEFAULT_TILES
-    assert m.default_schedule(long_, True) == m.DEFAULT_SCHEDULE
-    assert m.default_tiles(short, True)[3] == 32
-    assert m.default_schedule(short, True) == m.DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
-    assert m.default_tiles(short, False) == m.DEFAULT_TILES
-    for keys in (long_, short):
-        assert (m.default_tiles(keys, True), m.default_schedule(keys, True)) in m.VARIANTS
+    assert m.default_tiles(True)[3] == 32
+    assert m.default_schedule(True) == m.DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
+    assert (m.default_tiles(True), m.default_schedule(True)) in m.VARIANTS
+    assert m.default_tiles(False) == m.DEFAULT_TILES
+    assert m.default_schedule(False) == m.Schedule()
 
 
 def test_schedule_preconditions_raise() -> None:

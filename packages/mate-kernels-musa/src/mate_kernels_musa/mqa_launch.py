@@ -56,19 +56,18 @@ def launch_score(
     """Run the score kernel on ``q [nb, nq, 4, 128]``, ``k [nb, nk, 128]``, ``out [nb, nq, nk]``.
 
     ``starts``/``ends`` are ``[nb, nq]`` int32; ``tiles`` is ``(block_rows, block_keys, threads,
-    tiles_per_cta)`` (default: :func:`~.mqa_score_kernel.default_tiles` of ``nk``) and
-    ``schedule`` a :class:`~.mqa_score_kernel.Schedule` (default:
-    :func:`~.mqa_score_kernel.default_schedule` of ``nk``); the grid is derived from the
-    shapes inside the kernel.
+    tiles_per_cta)`` (default: :func:`~.mqa_score_kernel.default_tiles`) and ``schedule`` a
+    :class:`~.mqa_score_kernel.Schedule` (default: :func:`~.mqa_score_kernel.default_schedule`);
+    the grid is derived from the shapes inside the kernel.
     """
     if out.numel() == 0:
         return
     # Bulk tensor (TMA) stores need 16-byte row pitches: nk % 4 == 0 (out is contiguous).
     tma_out = out.shape[2] % 4 == 0 and out.data_ptr() % 16 == 0
     if tiles is None:
-        tiles = mqa_score_kernel.default_tiles(out.shape[2], tma_out)
+        tiles = mqa_score_kernel.default_tiles(tma_out)
     if schedule is None:
-        schedule = mqa_score_kernel.default_schedule(out.shape[2], tma_out)
+        schedule = mqa_score_kernel.default_schedule(tma_out)
     if not tma_out and schedule.keys_on_m:
         schedule = mqa_score_kernel.Schedule()  # keys-on-M stages only for bulk stores
     kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles, tma_out, *schedule)

@@ -41,7 +41,7 @@ Epilogue refinements of the overlapped keys-on-M schedule (compile-time flags of
 * ``evict_first``: the bulk stores carry the L2 evict-first hint (the output is written
   once; the K tiles every row block re-reads stay resident).
 
-Tiles per CTA: 64 from ``LONG_KEYS`` = 32768 keys up, 32 below (:func:`default_tiles`).
+Tiles per CTA: 32 with bulk stores, 64 otherwise (:func:`default_tiles`).
 
 Launch order (compile-time flags of :class:`Schedule`, any schedule): by default the grid is
 (row blocks, key chunks, nb) with row blocks fastest, so a wave holds one key chunk of many
@@ -49,8 +49,8 @@ row blocks; on causal shapes the first chunk is all GEMMs and the last ones near
 ``-inf`` streaming, which run in turn instead of side by side. ``chunk_major`` folds row
 block and chunk into grid x with the chunk fastest (no 65535 limit); ``mirror`` then takes
 row blocks from both ends in turn (0, last, 1, last - 1, ...), so each wave mixes rows that
-see little with rows that see everything. Below ``LONG_KEYS`` the launcher uses both
-(:func:`default_schedule`, ``SHORT_KEYS_SCHEDULE``); from it up the row-block order.
+see little with rows that see everything. With bulk stores the launcher uses both
+(:func:`default_schedule`, ``BULK_SCHEDULE``).
 
 Spread -inf stores (``spread``, compile-time, overlapped schedule only): without it a CTA
 whose key chunk no row of its block sees streams that chunk's ``-inf`` and nothing else. With
@@ -184,32 +184,27 @@ def _tiles(tiles_per_cta: int) -> tuple[int, int, int, int]:
     return (BLOCK_ROWS, BLOCK_KEYS, THREADS, tiles_per_cta)
 
 
-# From this many keys (8 chunks of TILES_PER_CTA tiles per row block) a CTA walks 64 tiles
-# (fewer Q loads); below, 32: finer chunks let more CTAs skip fully invisible key ranges
-# (causal shapes). H200: 4096 x 32768 prefill 236.5 us at 64 vs 238.9 at 32; 32768 x 8192
-# causal 391.3 at 32 vs 412.1 at 64.
-LONG_KEYS = 8 * TILES_PER_CTA * BLOCK_KEYS
+# With bulk stores a CTA walks 32 tiles, the grid runs chunk-major with mirrored row blocks
+# (CTAs that compute and CTAs that mostly stream -inf share each wave) and the -inf chunks
+# are spread over the computing CTAs. H200, us: 32768 x 8192 causal 369.6 vs 389.3 in
+# row-block order (32 tiles, before spread; with spread 370.0 vs 372.7, the same) and 412.1
+# in row-block order at 64 tiles; the 4096 x 32768 prefill (every row sees nearly every key)
+# paid ~3% for the chunk-major order, which spread takes back: 233.1 against 243.2 without
+# spread and 235.6 in row-block order at 64 tiles (the launcher's choice for 32768 keys and
+# up until session 4). 16 tiles per CTA (finer trim on the diagonal): causal 370.3 vs 373.0
+# at 32, dense 239.9 vs 233.0 (one later run, two rounds), so 32 stays.
+BULK_TILES = _tiles(32)
+BULK_SCHEDULE = DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
 
 
-def default_tiles(keys: int, tma_out: bool) -> tuple[int, int, int, int]:
-    """Tile constants the launcher uses for outputs ``keys`` wide (bulk stores or not)."""
-    return _tiles(32) if tma_out and keys < LONG_KEYS else DEFAULT_TILES
+def default_tiles(tma_out: bool) -> tuple[int, int, int, int]:
+    """Tile constants the launcher uses with bulk stores (``tma_out``) or plain stores."""
+    return BULK_TILES if tma_out else DEFAULT_TILES
 
 
-# Below LONG_KEYS (the causal regime) the grid runs chunk-major with mirrored row blocks, so
-# CTAs that compute and CTAs that mostly stream -inf share each wave, and the -inf chunks are
-# spread over the computing CTAs. H200: 32768 x 8192 causal 369.6 us vs 389.3 row-block order
-# (32 tiles, before spread; with spread 370.0 vs 372.7, the same); a shape every row sees
-# whole paid ~3% for the chunk-major order, which spread takes back (4096 x 32768 at 32
-# tiles: 233.1 us vs 243.2 without spread, 235.6 in row-block order at 64); long key ranges
-# keep the row-block order. 16 tiles per CTA (finer trim on the diagonal): causal 370.3 vs
-# 373.0 at 32, dense 239.9 vs 233.0 (one later run, two rounds), so 32 stays.
-SHORT_KEYS_SCHEDULE = DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
-
-
-def default_schedule(keys: int, tma_out: bool) -> Schedule:
-    """Schedule the launcher uses for outputs ``keys`` wide with bulk stores (``tma_out``)."""
-    return SHORT_KEYS_SCHEDULE if tma_out and keys < LONG_KEYS else DEFAULT_SCHEDULE
+def default_schedule(tma_out: bool) -> Schedule:
+    """Schedule the launcher uses with bulk stores (``tma_out``); plain stores take rows on M."""
+    return BULK_SCHEDULE if tma_out else Schedule()
 
 
 # Every (tiles, schedule) kept compilable and checked on the GPU; the benchmark times each.
@@ -232,8 +227,8 @@ VARIANTS: tuple[tuple[tuple[int, int, int, int], Schedule], ...] = (
     (_tiles(128), Schedule(True, True)),
     (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True)),
     (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)),
-    (_tiles(32), SHORT_KEYS_SCHEDULE),
-    (_tiles(16), SHORT_KEYS_SCHEDULE),
+    (BULK_TILES, BULK_SCHEDULE),
+    (_tiles(16), BULK_SCHEDULE),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(spread=True)),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True)),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)),
