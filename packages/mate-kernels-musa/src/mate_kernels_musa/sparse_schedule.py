@@ -34,6 +34,12 @@ and share more of it through L2) take 3157 / 3178 instead of 3290 / 3306 on unif
 and 3105 / 3103 instead of 3088 / 3081 with 90% overlap; sorting the ``[4096, 2051]`` ids
 with ``torch.sort`` costs 412 us, so the launcher keeps the caller's order.
 
+Next chunk's pages a block ahead (same day, probe, two interleaved rounds, us): loading the
+next chunk's block-table entries into registers during the chunk's first block and writing
+the offsets during its second (so the page loads no longer stall the resolution) measured
+slower everywhere: 64 x 1 92.0 / 92.0 vs 90.1 / 90.8, 64 x 4 283 / 283 vs 281 / 281, prefill
+3150 / 3170 vs 3100 / 3100 (overlap) and 3580 / 3600 vs 3480 / 3490 (uniform); not kept.
+
 Alternatives, measured on the issue-4 shapes (H200, ``benchmarks/bench_sparse.py`` and the
 probes behind the tables below, 2026-11-29, us):
 
