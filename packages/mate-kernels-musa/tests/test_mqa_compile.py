@@ -44,7 +44,7 @@ def _check_schedule(src: str, schedule) -> None:
     assert ("% ((nk + " in src) == schedule.chunk_major
     assert ("((rb % 2) == 0)" in src) == schedule.mirror
     # Spread: the computing CTAs store -inf 4-key groups straight from registers.
-    assert ("*(float4*)(out + " in src) == schedule.spread
+    assert ("*(float4*)(out4 + " in src) == schedule.spread
     if schedule.late_wait:
         # The in-loop store is left in flight past the wgmma wait (waited before the barrier).
         loop = src[src.index("for (int it") :]

@@ -425,13 +425,15 @@ def score_kernel(
                         out4[bz, r0 + rr, T.truncdiv(key0 + c4, 4), e] = neg_inf()
 
     @T.macro
-    def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only, sp, tile0, n, tx):
+    def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only, ctx, tile0, n, tx):
 
         # Stage and store key tile ``tile`` of the overlapped schedule. ``issue_only`` (late_wait,
         # inside the loop): the bulk store is left in flight; the caller waits on it.
         key0 = tile * BM
         if spread:
-            spread_blind(sp[1], bz, sp[0], tile - tile0, n, tx)
+            # ctx: the spread plan record (SP_*) and out as [nb, nq, nk / 4, 4]; (None, None) without spread.
+            rec, out4 = ctx
+            spread_blind(out4, bz, rec, tile - tile0, n, tx)
         if full:
             stage_keys_on_m(
                 total, O_s, lo_s, hi_s, key0, key0 < hi and key0 + BM > lo, key0 >= flo and key0 + BM <= fhi, scale
@@ -450,7 +452,7 @@ def score_kernel(
 
     @T.macro
     def overlap_tiles(
-        k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale, sp, tx
+        k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale, ctx, tx
     ):
         # Manual stages (load one tile ahead): step it loads tile it+1, issues tile it's GEMM
         # (async wgmma), runs tile it-1's epilogue under it, then waits. The slot being
@@ -465,7 +467,7 @@ def score_kernel(
             T.wgmma_gemm(K_s, Q_s, acc, transpose_B=True, clear_accum=True)
             if it > 0:
                 epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + it - 1, lo, hi, flo, fhi, scale, late_wait,
-                         sp, tile0, n, tx)  # fmt: skip
+                         ctx, tile0, n, tx)  # fmt: skip
             T.wait_wgmma(0)
             if late_wait:
                 # The head sum runs while the bulk copy engine still reads O_s.
@@ -477,13 +479,17 @@ def score_kernel(
             else:
                 T.sync_threads()
                 head_sum(acc, total)
-        epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile0 + n - 1, lo, hi, flo, fhi, scale, False, sp, tile0, n, tx)
+        epilogue(
+            total, O_s, lo_s, hi_s, out, bz, row0, tile0 + n - 1, lo, hi, flo, fhi, scale, False, ctx, tile0, n, tx
+        )
 
     @T.macro
-    def chunk_tiles(n, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale, sp, tx):
+    def chunk_tiles(
+        n, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale, ctx, tx
+    ):
         # The CTA's chunk: GEMMs and epilogues for its first n tiles, -inf for the rest (trim).
         overlap_tiles(
-            k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale, sp, tx
+            k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, n, lo, hi, flo, fhi, scale, ctx, tx
         )
         if n < TPC:
             T.sync_threads()
@@ -520,6 +526,11 @@ def score_kernel(
             ns = T.max(T.min(T.ceildiv(T.min(hi, nch * CK), CK), nch) - clo, 0)
         return clo, ns
 
+    def partner_row(nrb, bx, tx):
+        # Row read by thread tx (BN <= tx < 2 BN) of the partner row block last - bx (an
+        # expression, not a binding: the generated code is that of the written-out index).
+        return (nrb - 1 - bx) * BN + tx - BN
+
     @T.macro
     def spread_plan(sp, bx, pbx, by, lo, hi, plo, phi, nch):
         # Fill sp (see SP_*) for the pair {bx, pbx}; returns (this chunk is seen, the pair
@@ -544,7 +555,7 @@ def score_kernel(
         return by >= clo and by < clo + ns, n_seen > 0
 
     @T.macro
-    def chunk_work(q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, sp, tx):
+    def chunk_work(q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, ctx, tx):
         # Key chunk ``by`` of row block ``row0 / BN``, which at least one of its rows sees.
         # All four heads in one cp.async group: one round trip before the first GEMM.
         for i, d in T.Parallel(HEADS * BN, DIM, annotations=ASYNC):
@@ -555,7 +566,7 @@ def score_kernel(
         # zeros (bounds predicate) and store nothing.
         if overlap:
             tile0 = by * TPC
-            args = (k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale, sp, tx)
+            args = (k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, tile0, lo, hi, flo, fhi, scale, ctx, tx)
             if trim:
                 # Tiles of this chunk up to the last visible key (>= 1: the chunk is seen).
                 if hi - tile0 * BM <= TPC // 4 * BM:
@@ -629,12 +640,12 @@ def score_kernel(
             if spread:
                 # The plan record (SP_*), and out as [nb, nq, nk / 4, 4] (nk % 4 == 0 under bulk
                 # stores): 4-key groups the compiler knows to be 16-byte aligned.
-                sp = (
+                ctx = (
                     T.alloc_local((SP_LEN,), "int32"),
                     T.decl_buffer((nb, nq, T.truncdiv(nk, 4), 4), "float32", data=out.data),
                 )
             else:
-                sp = (None, None)
+                ctx = (None, None)
 
             # Row intervals; rows past nq and empty intervals see nothing.
             lo = INT_MAX
@@ -648,10 +659,10 @@ def score_kernel(
                 hi_s[tx] = hi
             if spread:
                 # The next BN threads read the partner row block's intervals.
-                if tx >= BN and tx < 2 * BN and (nrb - 1 - bx) * BN + tx - BN < nq:
-                    if starts[bz, (nrb - 1 - bx) * BN + tx - BN] < ends[bz, (nrb - 1 - bx) * BN + tx - BN]:
-                        lo = starts[bz, (nrb - 1 - bx) * BN + tx - BN]
-                        hi = ends[bz, (nrb - 1 - bx) * BN + tx - BN]
+                if tx >= BN and tx < 2 * BN and partner_row(nrb, bx, tx) < nq:
+                    if starts[bz, partner_row(nrb, bx, tx)] < ends[bz, partner_row(nrb, bx, tx)]:
+                        lo = starts[bz, partner_row(nrb, bx, tx)]
+                        hi = ends[bz, partner_row(nrb, bx, tx)]
             lo = T.warp_reduce_min(lo)
             hi = T.warp_reduce_max(hi)
             if tx % 32 == 0:
@@ -688,17 +699,17 @@ def score_kernel(
                 for w in T.serial(OWN_WARPS + 1, 2 * OWN_WARPS):
                     plo = T.min(plo, red_s[w])
                     phi = T.max(phi, red_s[nwarps + w])
-                own_seen, pair_seen = spread_plan(sp[0], bx, nrb - 1 - bx, by, lo, hi, plo, phi, nch)
+                own_seen, pair_seen = spread_plan(ctx[0], bx, nrb - 1 - bx, by, lo, hi, plo, phi, nch)
                 if own_seen:
                     chunk_work(
-                        q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, sp, tx
+                        q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, ctx, tx
                     )
                 elif not pair_seen:
                     # No row of the pair sees anything: every CTA streams its own chunk.
                     store_blind(O_s, out, bz, row0, by * TPC * BM)
             elif by * TPC * BM < hi and by * TPC * BM + TPC * BM > lo:
                 chunk_work(
-                    q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, sp, tx
+                    q, k, Q_s, K_s, acc, total, O_s, lo_s, hi_s, out, bz, row0, by, lo, hi, flo, fhi, scale, ctx, tx
                 )
             else:
                 store_blind(O_s, out, bz, row0, by * TPC * BM)
