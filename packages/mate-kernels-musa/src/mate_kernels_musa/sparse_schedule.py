@@ -68,10 +68,10 @@ one split) and ``sms`` the device's multiprocessor count:
   Measured on the 4096-row shapes (R = 4): the union kernel takes 1823 us where the rows
   share ~90% of their blocks (union fill 0.32; the paged kernel 3209 us) and 4323 us with
   uniform blocks (fill 0.98; paged 3418 us), i.e. it breaks even near a fill of 0.7; 0.6
-  keeps a margin. But the whole path (prep, union kernel, merge) adds ~0.7 ms whichever
-  path the groups take: end to end (H200, 2026-11-29, two runs) the overlap prefill went
-  from 3177-3180 to 2451-2510 us and the uniform one from 3392-3587 to 4146-4320 us, so it
-  is not the default;
+  keeps a margin. But the prep (~0.4 ms) is paid whichever path the groups take: end to
+  end (H200, 2026-11-30 suite, since skipped rows load nothing in the paged kernel) the
+  overlap prefill goes from 3066 to 2264 us and the uniform one from 3421 to 4127 us
+  (2026-11-29, before that change: 2424-2510 and 4146-4320 us), so it is not the default;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
