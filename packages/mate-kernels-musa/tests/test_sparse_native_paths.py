@@ -11,7 +11,8 @@
   split into 8 shards of 3/1 reproduces the unsharded rows);
 * strided views at odd storage offsets for every input, and K/V caches past 2^31
   elements read at their far end (reference on the selected rows only); the int64-offset
-  kernel variant on ordinary caches.
+  kernel variant on ordinary caches;
+* a device's first call captured in a CUDA graph raises (warm up first) and caches nothing.
 
 Outputs are NaN-poisoned before each call; ``sparse_checks.check`` compares with the reference.
 """
@@ -19,6 +20,9 @@ Outputs are NaN-poisoned before each call; ``sparse_checks.check`` compares with
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 
 import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
@@ -298,3 +302,27 @@ def test_wide_offset_variant(index: int, gen: torch.Generator, monkeypatch) -> N
 def test_memcheck_physical_out_of_range(index: int, gen: torch.Generator) -> None:
     """Small physical calls with ids below 0 and past N, into views (run under memcheck)."""
     checks.run_case(cases.physical_case(gen, max_rows=6, max_width=64, num_splits=[None, 5][index], views=index == 1))
+
+
+def test_first_call_inside_capture_raises() -> None:
+    """A device's first call makes the launcher's placeholders: captured, it raises and caches nothing."""
+    code = textwrap.dedent(
+        """
+        import torch
+        from mate_kernels_musa import sparse_launch
+        dev = torch.device("cuda", torch.cuda.current_device())
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                sparse_launch._dummies(dev)
+        except RuntimeError as exc:
+            assert "warm-up" in str(exc) and str(dev) in str(exc), exc
+        else:
+            raise SystemExit("no RuntimeError inside capture")
+        table = sparse_launch._dummies(dev)["table"]  # eager: made and zeroed now
+        assert int(table.abs().sum()) == 0
+        print("OK")
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "OK" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]

@@ -65,7 +65,18 @@ def _sm_count(device: torch.device) -> int:
 
 @functools.cache
 def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
-    """1-element placeholders bound where a call lacks optional metadata (flagged off)."""
+    """1-element placeholders bound where a call lacks optional metadata (flagged off).
+
+    Made by the device's first native call, which must not be captured in a CUDA graph:
+    tensors made during a capture come from the graph's private memory pool and are filled
+    only when it replays, so calls after the graph is freed would read released memory.
+    Raises RuntimeError (nothing cached) when that first call is being captured.
+    """
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"the first native sparse-attention call on {device} is being captured in a CUDA graph; "
+            "run one call eagerly first (warm-up), then capture"
+        )
     return {
         "int": torch.zeros(1, dtype=torch.int32, device=device),
         "r3": torch.zeros(3, 1, dtype=torch.int32, device=device),
