@@ -426,7 +426,6 @@ def score_kernel(
 
     @T.macro
     def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only, ctx, tile0, n, tx):
-
         # Stage and store key tile ``tile`` of the overlapped schedule. ``issue_only`` (late_wait,
         # inside the loop): the bulk store is left in flight; the caller waits on it.
         key0 = tile * BM

@@ -14,7 +14,7 @@ guarded loop), same process, H200, two interleaved rounds each, us (2026-11-30):
 90%-overlap prefill 3078 / 3069 against 3104 / 3102; decode 64 x 4 277 / 276 against
 277 / 276; uniform prefill 3425 / 3267 against 3280 / 3289 (within run-to-run noise).
 Rows the union path took (``u_rows``) skip the Q and token-id loads as well as the gather
-(the whole opt-in union call: 2264 us in the suite, 2424 before).
+(end-to-end times in :mod:`.sparse_schedule`).
 
 Masking follows ``semantics.md``. The row's request and last usable token id
 ``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
