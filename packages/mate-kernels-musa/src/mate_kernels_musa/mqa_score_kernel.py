@@ -73,6 +73,17 @@ about what the streaming CTAs cost the SM. Overlapping them for real needs a sep
 storing warp (warp specialization). Why the prefill shape gains is not established: the
 work is the same; the kernel differs in registers (212 -> 233) and code layout.
 
+Write ceiling and register ``-inf`` stores (H200, 2026-11-30, CUDA-graph medians after a
+read flush, two rounds, us). Plain 16-byte register stores of ``-inf`` over a 1 GiB FP32
+tensor run at 4.53-4.58 TB/s whatever the tile shape (64 x 64 up to 1 x 4096 per CTA, a
+Triton probe) and ``torch.fill_`` at 4.63 TB/s: above the 4.24 TB/s copy ceiling the floors
+use. This kernel's staged bulk ``-inf`` stores reach 3.66 TB/s on the blind prefill
+(145.6 / 146.1). Streaming blind chunks and trimmed tails from registers instead (every
+thread, 16-byte stores, no staging tile) took the blind prefill to 133.4 / 133.6, but the
+causal shape to 383.2 / 383.9 with spread (369.1 / 363.2 as shipped) and 369.5 / 368.9
+without it, and the dense prefill, which has no blind tile, to 240.9 / 241.5 (235.2 / 236.0;
+registers and code layout). Not kept.
+
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
 tile and row-contiguous stores.
