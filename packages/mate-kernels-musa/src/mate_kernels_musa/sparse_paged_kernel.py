@@ -8,11 +8,18 @@ writes the normalized FP32 partial output and its natural-log LSE, and the merge
 (:mod:`.sparse_merge_kernel`) combines the splits, applies the sigmoid gate and writes
 ``out``/``lse``; with one split (runtime ``direct``) it applies the gate and writes
 ``out``/``lse`` itself. That epilogue first scales the accumulator by the gate in a
-branch-free loop (clamped head index: no per-element branch stands between the gate
-loads), then stores. Against the previous epilogue (gate load, scale and store in one
-guarded loop), same process, H200, two interleaved rounds each, us (2026-11-30):
-90%-overlap prefill 3078 / 3069 against 3104 / 3102; decode 64 x 4 277 / 276 against
-277 / 276; uniform prefill 3425 / 3267 against 3280 / 3289 (within run-to-run noise).
+branch-free loop (head index clamped to the group and to ``hq - 1``: no per-element bounds
+branch stands between the gate loads), then stores. Against the previous epilogue (gate
+load, scale and store in one guarded loop), same process, H200, two interleaved rounds
+each, us (2026-11-30): 90%-overlap prefill 3078 / 3069 against 3104 / 3102; decode 64 x 4
+277 / 276 against 277 / 276; uniform prefill 3425 / 3267 against 3280 / 3289 (within
+run-to-run noise). That version clamped to the group only, so the generated code still
+guarded each gate load with ``head < hq``; with the ``hq - 1`` clamp the guard is loop
+invariant (same process, three interleaved rounds, us, later that day): decode 64 x 4
+278.9 / 278.5 / 278.9 against 281.4 / 281.4 / 281.6, 90%-overlap prefill 3039 / 3036 /
+3034 against 3068 / 3065 / 3069, 64 x 1 in one split with 32-slot selections 35.5 / 36.0 /
+36.1 against 42.0 (x3), where the call without a gate takes 28.8. An L2 prefetch of the
+CTA's gate rows at the kernel start on top of it changed nothing (36.0 against 35.9).
 Rows the union path took (``u_rows``) skip the Q and token-id loads as well as the gather
 (end-to-end times in :mod:`.sparse_schedule`).
 
@@ -187,10 +194,12 @@ def sparse_paged_kernel(
     def write_out(acc_o, l_i, m_i, GATE, OUT, LSE, row0, hk, has_gate, has_lse):
         # One split: the sigmoid gate, the output dtype and the LSE (no partials, no merge).
         if has_gate != 0:
-            # Branch-free (head index clamped; padding rows' products are never stored), so that
-            # no per-element branch keeps the compiler from issuing the gate loads together.
+            # Branch-free: the head index is clamped to the group and to hq - 1 (padding rows'
+            # products are never stored), so no per-element bounds branch keeps the compiler
+            # from issuing the gate loads together.
             for g, d in T.Parallel(H, D):
-                acc_o[g, d] = acc_o[g, d] / (1 + T.exp(-T.cast(GATE[row0, hk * G + T.min(g, G - 1), d], acc)))
+                head = T.min(hk * G + T.min(g, G - 1), hq - 1)
+                acc_o[g, d] = acc_o[g, d] / (1 + T.exp(-T.cast(GATE[row0, head, d], acc)))
         for g, d in T.Parallel(H, D):
             if g < G:
                 OUT[row0, hk * G + g, d] = T.cast(T.if_then_else(l_i[g] > 0, acc_o[g, d] / l_i[g], 0), dtype)
