@@ -176,6 +176,29 @@ def test_launcher_padded_kv(emulated, index: int, gen: torch.Generator) -> None:
                                   **_geometry(index)))  # fmt: skip
 
 
+def test_padded_kv_block_table_is_a_cached_view(emulated, monkeypatch, gen: torch.Generator) -> None:
+    """Padded K/V: request b owns page b. Up to IDENTITY_ROWS requests the block table is a view
+    of the per-device cached table (nothing allocated or launched per call); past it, a fresh
+    ``arange``. Both give the reference's results."""
+    case = cases.random_case(gen, max_rows=12, max_width=70, kv="padded", n_req=3)
+    plan = plan_sparse_attention(**case.kwargs, backend="reference")
+    cached = sparse_launch._dummies(sparse_launch._dev(plan.query))["identity"]
+    table = sparse_launch._paged_kv(plan)[2]
+    assert table.shape == (3, 1) and table.data_ptr() == cached.data_ptr()
+    assert table.flatten().tolist() == [0, 1, 2]
+    _check_case(case)
+
+    monkeypatch.setattr(sparse_launch, "IDENTITY_ROWS", 2)
+    sparse_launch._dummies.cache_clear()
+    try:
+        table = sparse_launch._paged_kv(plan)[2]
+        assert table.flatten().tolist() == [0, 1, 2]
+        assert table.data_ptr() != sparse_launch._dummies(sparse_launch._dev(plan.query))["identity"].data_ptr()
+        _check_case(case)
+    finally:
+        sparse_launch._dummies.cache_clear()  # the next test rebuilds the full-size table
+
+
 @pytest.mark.parametrize("index", range(10))
 def test_launcher_strided_views(emulated, index: int, gen: torch.Generator) -> None:
     """Every input a strided view at an odd storage offset: strides reach the kernels as arguments."""

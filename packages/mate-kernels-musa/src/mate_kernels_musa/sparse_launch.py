@@ -23,7 +23,8 @@ schedule (and that prelude) from the caching allocator, so warmed-up calls can b
 CUDA graph and replayed with new metadata values.
 
 Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
-cache with one page of ``S`` slots per request. Physical K/V ``[N, Hkv, D]``
+cache with one page of ``S`` slots per request (block table ``[[0], [1], ...]``: a view
+of a per-device cached table for up to ``IDENTITY_ROWS`` requests, no kernel per call). Physical K/V ``[N, Hkv, D]``
 (``selected_kv_indices``) runs through it too, as one request owning one page of ``N``
 slots in the ``PHYSICAL`` row mode (ids in ``[0, N)`` used, no causal or length filter):
 no extra kernel specialization.
@@ -50,12 +51,16 @@ from ._build import build, profile_name
 from ._sparse_macros import row_mode
 from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, Schedule, choose_schedule
 
-__all__ = ["sparse_attention", "schedule_for", "specializations", "union_enabled", "UNION_ENV", "MERGE_THREADS"]
+__all__ = [
+    "sparse_attention", "schedule_for", "specializations", "union_enabled", "UNION_ENV", "MERGE_THREADS",
+    "IDENTITY_ROWS",
+]  # fmt: skip
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 VEC = 8  # elements per 16-byte K/V access
 MERGE_THREADS = 64
 _INT32_LIMIT = 2**31 - 64  # K/V offsets (16-byte units, + one row of slack) must stay below this
+IDENTITY_ROWS = 4096  # padded K/V calls with up to this many requests use the cached identity block table
 
 
 @functools.cache
@@ -65,7 +70,8 @@ def _sm_count(device: torch.device) -> int:
 
 @functools.cache
 def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
-    """1-element placeholders bound where a call lacks optional metadata (flagged off).
+    """1-element placeholders bound where a call lacks optional metadata (flagged off), and
+    the ``[IDENTITY_ROWS, 1]`` identity block table of padded K/V (request b owns page b).
 
     Made by the device's first native call, which must not be captured in a CUDA graph:
     tensors made during a capture come from the graph's private memory pool and are filled
@@ -85,6 +91,7 @@ def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
         # FP32 partials of the one-split schedule (never written: the epilogue writes out/lse)
         "part_o": torch.zeros(1, 1, 1, sparse_paged_kernel.DIM, dtype=torch.float32, device=device),
         "part_l": torch.zeros(1, 1, 1, dtype=torch.float32, device=device),
+        "identity": torch.arange(IDENTITY_ROWS, dtype=torch.int32, device=device).view(IDENTITY_ROWS, 1),
     }
 
 
@@ -165,7 +172,11 @@ def _paged_kv(plan: SparseAttentionPlan) -> tuple[torch.Tensor, torch.Tensor, to
         return plan.key, plan.value, plan.block_table, plan.page_size
     if plan.kv_layout == "padded":
         nreq = plan.key.shape[0]
-        table = torch.arange(nreq, dtype=torch.int32, device=plan.key.device).view(nreq, 1)
+        identity = _dummies(_dev(plan.query))["identity"]
+        if nreq <= identity.shape[0]:
+            table = identity[:nreq]  # a view: no kernel launch per call
+        else:
+            table = torch.arange(nreq, dtype=torch.int32, device=plan.key.device).view(nreq, 1)
         return plan.key, plan.value, table, plan.key.shape[1]
     if plan.kv_layout == "physical":
         # One page of N slots; max(N, 1) keeps the kernel's slot modulo defined (N == 0 never launches).
