@@ -5,7 +5,9 @@ No ``from __future__ import annotations`` here: TileLang reads macro annotations
 
 from typing import Any
 
-__all__ = ["row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "kv_tile_gather", "online_softmax_step"]
+__all__ = [
+    "row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "kv_tile_gather", "online_softmax_step",
+]  # fmt: skip
 
 
 class row_mode:
@@ -142,6 +144,28 @@ def resolve_row_limit_parallel(threads: int) -> Any:
         return limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp)
 
     return resolve
+
+
+def slot_page() -> Any:
+    """Build the macro ``page(t, lim, req, BT, pages, page_size, max_pages) -> (good, pg, sl)``: the slot rule.
+
+    Request-local token id ``t`` is used iff ``0 <= t <= lim``; its page ``pg = BT[req, t //
+    page_size]`` (the column clamped into the table, read only for used ids, else -1) must lie
+    in ``[0, pages)``; ``sl = t % page_size`` is its slot in that page. ``good`` is the whole test.
+    Used by the paged kernel and the resolve kernel; the fused union prep and the union kernel
+    apply the same rule in their own form (the prep keeps its page load behind the ``used`` branch).
+    """
+    import tilelang.language as T
+
+    @T.macro
+    def page(t, lim, req, BT, pages, page_size, max_pages):
+        used = (t >= 0) & (t <= lim)
+        pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
+        good = used & (pg >= 0) & (pg < pages)
+        sl = T.max(t, 0) % page_size
+        return good, pg, sl
+
+    return page
 
 
 def kv_tile_gather(block_n: int, dim: int) -> Any:

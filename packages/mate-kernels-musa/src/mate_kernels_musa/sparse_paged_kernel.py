@@ -46,7 +46,13 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import kv_tile_gather, online_softmax_step, resolve_row_limit, resolve_row_limit_parallel
+from ._sparse_macros import (
+    kv_tile_gather,
+    online_softmax_step,
+    resolve_row_limit,
+    resolve_row_limit_parallel,
+    slot_page,
+)
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
@@ -134,6 +140,7 @@ def sparse_paged_kernel(
     acc = "float32"
     off_t = "int64" if wide else "int32"
     resolve = resolve_row_limit()
+    slot = slot_page()
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
@@ -155,10 +162,7 @@ def sparse_paged_kernel(
     @T.macro
     def put_slot(j, t, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
         # Slot j holds token t: its K/V row offsets, or one past the end when it is not used.
-        used = (t >= 0) & (t <= lim)
-        pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
-        good = used & (pg >= 0) & (pg < pages)
-        sl = T.max(t, 0) % page_size
+        good, pg, sl = slot(t, lim, req, BT, pages, page_size, max_pages)
         koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
         voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
 

@@ -16,7 +16,7 @@ can share a union of physical tokens (:mod:`.sparse_union`).
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import resolve_row_limit
+from ._sparse_macros import resolve_row_limit, slot_page
 
 __all__ = ["sparse_resolve_kernel"]
 
@@ -35,6 +35,7 @@ def sparse_resolve_kernel(threads: int) -> Any:
     import tilelang.language as T
 
     resolve = resolve_row_limit()
+    slot = slot_page()
     rows, n_tok, n_req, max_pages, rows_pad = T.dynamic("rows, n_tok, n_req, max_pages, rows_pad")
     n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
     st = T.dynamic("st0, st1", "int64")
@@ -72,9 +73,7 @@ def sparse_resolve_kernel(threads: int) -> Any:
                     tok = c * threads + j
                     if tok < n_tok:
                         t = TI[T.min(r, rows - 1), tok]
-                        used = (t >= 0) & (t <= lim)
-                        pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
-                        good = used & (pg >= 0) & (pg < pages)
-                        PH[r, tok] = T.if_then_else(good, pg * page_size + T.max(t, 0) % page_size, unused)
+                        good, pg, sl = slot(t, lim, req, BT, pages, page_size, max_pages)
+                        PH[r, tok] = T.if_then_else(good, pg * page_size + sl, unused)
 
     return main
