@@ -20,6 +20,15 @@ invariant (same process, three interleaved rounds, us, later that day): decode 6
 3034 against 3068 / 3065 / 3069, 64 x 1 in one split with 32-slot selections 35.5 / 36.0 /
 36.1 against 42.0 (x3), where the call without a gate takes 28.8. An L2 prefetch of the
 CTA's gate rows at the kernel start on top of it changed nothing (36.0 against 35.9).
+
+Q is loaded the same way: head index clamped, no per-element condition (the loads used to
+sit behind ``g < G and not skip`` and a ``< hq`` guard each). Timestamps inside the kernel
+(globaltimer, H200, 2026-11-30) had shown that load phase at 4.5 us warm and 8.5 us after an
+L2 flush per CTA, before any K/V gather starts, against 1.1-1.6 us for the row resolution.
+Same process, two interleaved rounds, us, against the kernel before: decode 64 x 1 83.6 /
+83.5 against 91.1 / 91.0; decode 1 x 1 (32 splits) 21.1 / 20.9 against 27.9 / 28.2; decode
+64 x 4 271.4 / 271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 /
+3031; uniform prefill 3425 / 3436 against 3409 / 3456.
 Rows the union path took (``u_rows``) skip the Q and token-id loads as well as the gather
 (end-to-end times in :mod:`.sparse_schedule`).
 
@@ -316,8 +325,12 @@ def sparse_paged_kernel(
                 req, lim = resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
             sl2 = scale * LOG2E
 
-            for g, d in T.Parallel(H, D):
-                q_s[g, d] = T.if_then_else((g < G) & (skip == 0), Q[r, hk * G + T.min(g, G - 1), d], 0)
+            if skip == 0:
+                # Head index clamped to the group and to hq - 1, no per-element condition: the
+                # loads carry no branch and issue together (padding rows g >= G repeat head G - 1;
+                # their results are never stored). A skipped CTA computes nothing from q_s.
+                for g, d in T.Parallel(H, D):
+                    q_s[g, d] = Q[r, T.min(hk * G + T.min(g, G - 1), hq - 1), d]
             T.fill(acc_o, 0)
             T.fill(l_i, 0)
             T.fill(m_i, M_INIT)
