@@ -70,9 +70,10 @@ one split) and ``sms`` the device's multiprocessor count:
   uniform blocks (fill 0.98; paged 3418 us), i.e. it breaks even near a fill of 0.7; 0.6
   keeps a margin. But the prep (~0.4 ms) is paid whichever path the groups take: end to
   end (H200, 2026-11-30 suites, since skipped rows load nothing in the paged kernel) the
-  overlap prefill goes from 3066 to 2264 us and the uniform one from 3421 to 4127 us (a
-  later suite, after the gate-index clamp: 3034 to 2270 and 3413 to 4119; 2026-11-29,
-  before the skip change: 2424-2510 and 4146-4320 us), so it is not the default;
+  overlap prefill goes from 3066 to 2264 us and the uniform one from 3421 to 4127 us (later
+  suites: after the gate-index clamp 3034 to 2270 and 3413 to 4119, after the Q-load clamp
+  2939 to 2261 and 3414 to 4075; 2026-11-29, before the skip change: 2424-2510 and 4146-4320
+  us), so it is not the default;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
