@@ -28,7 +28,12 @@ L2 flush per CTA, before any K/V gather starts, against 1.1-1.6 us for the row r
 Same process, two interleaved rounds, us, against the kernel before: decode 64 x 1 83.6 /
 83.5 against 91.1 / 91.0; decode 1 x 1 (32 splits) 21.1 / 20.9 against 27.9 / 28.2; decode
 64 x 4 271.4 / 271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 /
-3031; uniform prefill 3425 / 3436 against 3409 / 3456.
+3031; uniform prefill 3425 / 3436 against 3409 / 3456. The same timestamps (before that change, thread 0
+of each CTA, median over CTAs, warm / after a read flush, us) put the other fixed phases at:
+row resolution 1.1-1.7; first chunk's slot resolution 0.9-1.2 with one 32-slot block, 3.0
+with 16 blocks; epilogue 2.7-4.6 writing partials, 7.5-7.7 through the direct epilogue with
+a gate (decode 64 x 4). On decode 64 x 1 (4 splits) the gather loop took 58-61 of the CTAs'
+~78 us.
 Rows the union path took (``u_rows``) skip the Q and token-id loads as well as the gather
 (end-to-end times in :mod:`.sparse_schedule`).
 
