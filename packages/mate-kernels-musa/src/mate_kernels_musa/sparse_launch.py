@@ -24,10 +24,10 @@ CUDA graph and replayed with new metadata values.
 
 Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
 cache with one page of ``S`` slots per request (block table ``[[0], [1], ...]``: a view
-of a per-device cached table for up to ``IDENTITY_ROWS`` requests, no kernel per call). Physical K/V ``[N, Hkv, D]``
-(``selected_kv_indices``) runs through it too, as one request owning one page of ``N``
-slots in the ``PHYSICAL`` row mode (ids in ``[0, N)`` used, no causal or length filter):
-no extra kernel specialization.
+of a per-device cached table for up to ``IDENTITY_ROWS`` requests, no kernel per call).
+Physical K/V ``[N, Hkv, D]`` (``selected_kv_indices``) runs through it too, as one request
+owning one page of ``N`` slots in the ``PHYSICAL`` row mode (ids in ``[0, N)`` used, no
+causal or length filter): no extra kernel specialization.
 
 A call with nothing to read (selection width 0, or empty K/V, block table or request
 set) writes zeros and LSE -inf with two capturable fills: TileLang rejects the null
