@@ -8,34 +8,34 @@ writes the normalized FP32 partial output and its natural-log LSE, and the merge
 (:mod:`.sparse_merge_kernel`) combines the splits, applies the sigmoid gate and writes
 ``out``/``lse``; with one split (runtime ``direct``) it applies the gate and writes
 ``out``/``lse`` itself. That epilogue first scales the accumulator by the gate in a
-branch-free loop (head index clamped to the group and to ``hq - 1``: no per-element bounds
-branch stands between the gate loads), then stores. Against the previous epilogue (gate
-load, scale and store in one guarded loop), same process, H200, two interleaved rounds
-each, us (2026-11-30): 90%-overlap prefill 3078 / 3069 against 3104 / 3102; decode 64 x 4
-277 / 276 against 277 / 276; uniform prefill 3425 / 3267 against 3280 / 3289 (within
-run-to-run noise). That version clamped to the group only, so the generated code still
-guarded each gate load with ``head < hq``; with the ``hq - 1`` clamp the guard is loop
-invariant (same process, three interleaved rounds, us, later that day): decode 64 x 4
-278.9 / 278.5 / 278.9 against 281.4 / 281.4 / 281.6, 90%-overlap prefill 3039 / 3036 /
-3034 against 3068 / 3065 / 3069, 64 x 1 in one split with 32-slot selections 35.5 / 36.0 /
-36.1 against 42.0 (x3), where the call without a gate takes 28.8. An L2 prefetch of the
-CTA's gate rows at the kernel start on top of it changed nothing (36.0 against 35.9).
+branch-free loop, then stores. Rows the union path took (``u_rows``) skip the Q and
+token-id loads as well as the gather (end-to-end times in :mod:`.sparse_schedule`).
 
-Q is loaded the same way: head index clamped, no per-element condition (the loads used to
-sit behind ``g < G and not skip`` and a ``< hq`` guard each). Timestamps inside the kernel
-(globaltimer, H200, 2026-11-30) had shown that load phase at 4.5 us warm and 8.5 us after an
-L2 flush per CTA, before any K/V gather starts, against 1.1-1.6 us for the row resolution.
-Same process, two interleaved rounds, us, against the kernel before: decode 64 x 1 83.6 /
-83.5 against 91.1 / 91.0; decode 1 x 1 (32 splits) 21.1 / 20.9 against 27.9 / 28.2; decode
-64 x 4 271.4 / 271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 /
-3031; uniform prefill 3425 / 3436 against 3409 / 3456. The same timestamps (before that change, thread 0
-of each CTA, median over CTAs, warm / after a read flush, us) put the other fixed phases at:
-row resolution 1.1-1.7; first chunk's slot resolution 0.9-1.2 with one 32-slot block, 3.0
-with 16 blocks; epilogue 2.7-4.6 writing partials, 7.5-7.7 through the direct epilogue with
-a gate (decode 64 x 4). On decode 64 x 1 (4 splits) the gather loop took 58-61 of the CTAs'
-~78 us.
-Rows the union path took (``u_rows``) skip the Q and token-id loads as well as the gather
-(end-to-end times in :mod:`.sparse_schedule`).
+Per-element guards (H200, 2026-11-30, same-process A/B, interleaved rounds, us). The Q and
+gate loads index heads ``hk * G + g``, which the compiler cannot bound by ``hq``, so each
+load used to carry its own branch. Both now clamp the head index to the group and to
+``hq - 1`` and have no per-element condition (padding rows ``g >= G`` repeat head ``G - 1``;
+their results are never stored), so their loads issue together.
+
+* Gate, first clamped to the group only (then the ``< hq`` guard was still there), against
+  the older guarded load-scale-store loop: 90%-overlap prefill 3078 / 3069 against
+  3104 / 3102, decode 64 x 4 277 / 276 against 277 / 276, uniform prefill 3425 / 3267
+  against 3280 / 3289 (noise). With the ``hq - 1`` clamp: decode 64 x 4 278.9 / 278.5 /
+  278.9 against 281.4 / 281.4 / 281.6; 90%-overlap prefill 3039 / 3036 / 3034 against
+  3068 / 3065 / 3069; 64 x 1 in one split with 32-slot selections 35.5 / 36.0 / 36.1
+  against 42.0 (x3), 28.8 without a gate. An L2 prefetch of the CTA's gate rows at the
+  kernel start changed nothing on top (36.0 against 35.9).
+* Q (the loads sat behind ``g < G and not skip`` and ``< hq``): decode 64 x 1 83.6 / 83.5
+  against 91.1 / 91.0; 1 x 1 (32 splits) 21.1 / 20.9 against 27.9 / 28.2; 64 x 4 271.4 /
+  271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 / 3031;
+  uniform prefill 3425 / 3436 against 3409 / 3456.
+
+Timestamps inside the kernel (globaltimer, thread 0 of each CTA, before the Q change,
+median over CTAs, warm / after a read flush, us) had put the Q load phase at 4.5 / 8.5 per
+CTA, before any K/V gather starts, and the other fixed phases at: row resolution 1.1-1.7;
+the first chunk's slot resolution 0.9-1.2 with one 32-slot block, 3.0 with 16 blocks;
+epilogue 2.7-4.6 writing partials, 7.5-7.7 through the direct epilogue with a gate (decode
+64 x 4). On decode 64 x 1 (4 splits) the gather loop took 58-61 of the CTAs' ~78 us.
 
 Masking follows ``semantics.md``. The row's request and last usable token id
 ``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
