@@ -205,6 +205,11 @@ def sparse_paged_kernel(
             acc_s[g, j] = T.if_then_else(koff_s[base + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
         softmax_step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)
 
+    def head_of(hk, g):
+        # Global head of tile row g, clamped to the group and to hq - 1: an index the compiler can
+        # bound, so Q and gate loads need no per-element guard (rows g >= G repeat head G - 1).
+        return T.min(hk * G + T.min(g, G - 1), hq - 1)
+
     def lse_of(l_i, m_i, g):
         return T.if_then_else(l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc))
 
@@ -212,11 +217,10 @@ def sparse_paged_kernel(
     def write_out(acc_o, l_i, m_i, GATE, OUT, LSE, row0, hk, has_gate, has_lse):
         # One split: the sigmoid gate, the output dtype and the LSE (no partials, no merge).
         if has_gate != 0:
-            # Branch-free: the head index is clamped to the group and to hq - 1 (padding rows'
-            # products are never stored), so no per-element bounds branch keeps the compiler
-            # from issuing the gate loads together.
+            # Branch-free (padding rows' products are never stored), so no per-element bounds
+            # branch keeps the compiler from issuing the gate loads together.
             for g, d in T.Parallel(H, D):
-                head = T.min(hk * G + T.min(g, G - 1), hq - 1)
+                head = head_of(hk, g)
                 acc_o[g, d] = acc_o[g, d] / (1 + T.exp(-T.cast(GATE[row0, head, d], acc)))
         for g, d in T.Parallel(H, D):
             if g < G:
@@ -331,11 +335,10 @@ def sparse_paged_kernel(
             sl2 = scale * LOG2E
 
             if skip == 0:
-                # Head index clamped to the group and to hq - 1, no per-element condition: the
-                # loads carry no branch and issue together (padding rows g >= G repeat head G - 1;
-                # their results are never stored). A skipped CTA computes nothing from q_s.
+                # No per-element condition (head_of): the loads issue together. Padding rows'
+                # results are never stored; a skipped CTA computes nothing from q_s.
                 for g, d in T.Parallel(H, D):
-                    q_s[g, d] = Q[r, T.min(hk * G + T.min(g, G - 1), hq - 1), d]
+                    q_s[g, d] = Q[r, head_of(hk, g), d]
             T.fill(acc_o, 0)
             T.fill(l_i, 0)
             T.fill(m_i, M_INIT)
