@@ -6,7 +6,8 @@ No ``from __future__ import annotations`` here: TileLang reads macro annotations
 from typing import Any
 
 __all__ = [
-    "row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "kv_tile_gather", "online_softmax_step",
+    "row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
+    "kv_tile_gather", "online_softmax_step",
 ]  # fmt: skip
 
 
@@ -152,20 +153,46 @@ def slot_page() -> Any:
     Request-local token id ``t`` is used iff ``0 <= t <= lim``; its page ``pg = BT[req, t //
     page_size]`` (the column clamped into the table, read only for used ids, else -1) must lie
     in ``[0, pages)``; ``sl = t % page_size`` is its slot in that page. ``good`` is the whole test.
-    Used by the paged kernel and the resolve kernel; the fused union prep and the union kernel
-    apply the same rule in their own form (the prep keeps its page load behind the ``used`` branch).
+    Used by the resolve kernel and the paged kernel's lazy prologue; the paged kernel's eager
+    path loads the page first (:func:`page_column`) and applies :func:`slot_rule`; the fused
+    union prep and the union kernel apply the same rule in their own form (the prep keeps its
+    page load behind the ``used`` branch).
     """
     import tilelang.language as T
+
+    rule = slot_rule()
 
     @T.macro
     def page(t, lim, req, BT, pages, page_size, max_pages):
         used = (t >= 0) & (t <= lim)
-        pg = T.if_then_else(used, BT[req, T.min(T.max(t, 0) // page_size, max_pages - 1)], -1)
-        good = used & (pg >= 0) & (pg < pages)
-        sl = T.max(t, 0) % page_size
+        pg = T.if_then_else(used, BT[req, page_column(t, page_size, max_pages)], -1)
+        good, sl = rule(t, lim, pg, pages, page_size)
         return good, pg, sl
 
     return page
+
+
+def page_column(t: Any, page_size: Any, max_pages: Any) -> Any:
+    """The block-table column of token id ``t``, clamped into ``[0, max_pages)`` (any ``t``)."""
+    import tilelang.language as T
+
+    return T.min(T.max(t, 0) // page_size, max_pages - 1)
+
+
+def slot_rule() -> Any:
+    """Build the macro ``rule(t, lim, pg, pages, page_size) -> (good, sl)``: the slot rule given the page.
+
+    ``pg`` is ``BT[req, page_column(t)]`` (any value when ``t`` is not used): ``good`` iff
+    ``0 <= t <= lim`` and ``0 <= pg < pages``; ``sl = t % page_size``.
+    """
+    import tilelang.language as T
+
+    @T.macro
+    def rule(t, lim, pg, pages, page_size):
+        good = (t >= 0) & (t <= lim) & (pg >= 0) & (pg < pages)
+        return good, T.max(t, 0) % page_size
+
+    return rule
 
 
 def kv_tile_gather(block_n: int, dim: int) -> Any:

@@ -30,6 +30,20 @@ their results are never stored), so their loads issue together.
   271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 / 3031;
   uniform prefill 3425 / 3436 against 3409 / 3456.
 
+Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
+us). The eager path reads every slot's page before applying the slot rule, with the column
+clamped into the table, instead of only for used slots: the load then waits for the row's
+request alone, not for its last usable id (the ``seq_lens_k`` / position loads after the
+request search), so on the first chunk it overlaps them. Decode 64 x 4 262.3 / 261.9 / 262.2
+against 266.6 / 266.1 / 266.5 (and 262.3 / 262.2 / 262.0 against 267.3 / 265.9 / 266.3 in a
+second run); 64 x 1 81.1 / 80.8 / 80.9 against 82.0 / 82.3 / 82.1; 90%-overlap prefill
+2924 / 2895 / 2897 against 2938 / 2940 / 2941; 1 x 1, 8 x 1 and 32 x 1 unchanged (20.6 /
+26.1 / 49.6 against 20.5 / 25.9 / 49.9). Not kept: splitting the blocks evenly (floor or
+ceil of ``n_blk / splits`` per split instead of a ceil share and a short last split). Each
+split still runs as many block steps as before (the partial block is a step of its own),
+and more CTAs did work: 1 x 1 24.1 against 20.6, 8 x 1 28.8 against 26.1, 32 x 1 52.3
+against 50.0, 64 x 1 83.0 against 82.4 (that variant included the page-load change).
+
 Timestamps inside the kernel (globaltimer, thread 0 of each CTA, before the Q change,
 median over CTAs, warm / after a read flush, us) had put the Q load phase at 4.5 / 8.5 per
 CTA, before any K/V gather starts, and the other fixed phases at: row resolution 1.1-1.7;
@@ -63,9 +77,11 @@ from typing import Any
 from ._sparse_macros import (
     kv_tile_gather,
     online_softmax_step,
+    page_column,
     resolve_row_limit,
     resolve_row_limit_parallel,
     slot_page,
+    slot_rule,
 )
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
@@ -155,6 +171,7 @@ def sparse_paged_kernel(
     off_t = "int64" if wide else "int32"
     resolve = resolve_row_limit()
     slot = slot_page()
+    rule = slot_rule()
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
@@ -174,11 +191,16 @@ def sparse_paged_kernel(
     s_cu, s_slq, s_slk, s_qp = T.dynamic("s_cu, s_slq, s_slk, s_qp", "int64")
 
     @T.macro
-    def put_slot(j, t, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
-        # Slot j holds token t: its K/V row offsets, or one past the end when it is not used.
-        good, pg, sl = slot(t, lim, req, BT, pages, page_size, max_pages)
+    def put_offsets(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
+        # Slot j: the K/V row offsets of (page pg, slot sl), or one past the end when it is not used.
         koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
         voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+
+    @T.macro
+    def put_slot(j, t, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
+        # Slot j holds token t (lazy prologue: the page is read only for used ids).
+        good, pg, sl = slot(t, lim, req, BT, pages, page_size, max_pages)
+        put_offsets(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)
 
     @T.macro
     def load_ids(t_reg, TI, r, base, tok1, tx):
@@ -187,12 +209,17 @@ def sparse_paged_kernel(
             t_reg[k] = T.if_then_else(base + k * threads + tx < tok1, TI[r, T.min(base + k * threads + tx, n_tok - 1)], -1)
 
     @T.macro
-    def resolve_chunk(c, t_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end,
-                      v_end, b0, tok1, TI, r, tx):  # fmt: skip
+    def resolve_chunk(c, t_reg, pg_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s,
+                      k_end, v_end, b0, tok1, TI, r, tx):  # fmt: skip
         # Chunk c (counted from block b0; ids already in t_reg) into buffer c % 2, then chunk c + 1's ids into t_reg.
+        # Every slot's page is read, used or not (the column is clamped into the table): the reads
+        # depend on the request only, not on lim, so on the first chunk they overlap the length loads.
         for k in T.unroll(PT):
-            put_slot((c % 2) * CH + k * threads + tx, t_reg[k], lim, req, hk, BT, pages, page_size,
-                     kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
+            pg_reg[k] = BT[req, page_column(t_reg[k], page_size, max_pages)]
+        for k in T.unroll(PT):
+            good, sl = rule(t_reg[k], lim, pg_reg[k], pages, page_size)
+            put_offsets((c % 2) * CH + k * threads + tx, good, pg_reg[k], sl, hk,
+                        kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
         load_ids(t_reg, TI, r, (b0 + (c + 1) * chunk_blocks) * BN, tok1, tx)
 
     @T.macro
@@ -325,6 +352,7 @@ def sparse_paged_kernel(
                 tx = T.get_thread_binding()
                 red_s = T.alloc_shared([threads // 32], "int32", scope="shared")
                 t_reg = T.alloc_local([PT], "int32")
+                pg_reg = T.alloc_local([PT], "int32")
                 # Token ids do not depend on the request: their loads overlap its resolution.
                 load_ids(t_reg, TI, r, blk0 * BN, tok1, tx)
                 req, lim = resolve_par(
@@ -346,20 +374,20 @@ def sparse_paged_kernel(
             nb = T.max(blk1 - blk0, 0) * (1 - skip)
             if eager and one_pipe != 0:
                 if nb > 0:
-                    resolve_chunk(0, t_reg, lim, req, hk, BT, pages, page_size,
+                    resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                   kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
                 for k in T.Pipelined(nb, num_stages=num_stages):
                     # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
                     block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, k_s, v_s, p_s, KF, VF,
                                koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o)  # fmt: skip
                     if k % chunk_blocks == 0 and k + chunk_blocks < nb:
-                        resolve_chunk(k // chunk_blocks + 1, t_reg, lim, req, hk, BT, pages, page_size,
+                        resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                       kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
             else:
                 for c in T.serial(T.ceildiv(nb, chunk_blocks)):
                     cb = blk0 + c * chunk_blocks
                     if eager:
-                        resolve_chunk(0, t_reg, lim, req, hk, BT, pages, page_size,
+                        resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                       kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx)  # fmt: skip
                     else:
                         for j in T.Parallel(CH):
