@@ -88,17 +88,17 @@ def test_union_prep_wide_keys_and_counts(gen: torch.Generator) -> None:
     assert c[0, :, :2].tolist() == [[width, 0], [width // 2, width // 2]]
 
 
-def _union_only(specs):
-    return [s for s in specs if s[0].__name__ == "sparse_union_kernel"]
+def _union_only(specs, also=()):
+    return [s for s in specs if s[0].__name__ in ("sparse_union_kernel", *also)]
 
 
 def _compile_specs():
-    """Resolve, the three prep kernels and the union kernel at R = 4; the union kernel at R = 2/5/8, FP16, wide."""
+    """Resolve, prep, union and finalize kernels at R = 4; the union kernel at R = 2/5/8, FP16 (+ finalize), wide."""
     from mate_kernels_musa.sparse_union import union_specializations
 
     specs = union_specializations(rows_per_cta=(4,), dtypes=("bfloat16",))
     specs += _union_only(union_specializations(rows_per_cta=(2, 5, 8), dtypes=("bfloat16",)))
-    specs += _union_only(union_specializations(dtypes=("float16",)))
+    specs += _union_only(union_specializations(dtypes=("float16",)), also=("sparse_finalize_kernel",))
     specs += _union_only(union_specializations(dtypes=("bfloat16",), wide=(True,), count_dtypes=("int32",)))
     return specs
 

@@ -17,7 +17,8 @@
    kernel in its own deterministic order; tested on the H200).
 3. :mod:`.sparse_union_kernel`, one CTA per (group, KV head), gathers each union token
    once for the ``R`` rows and writes FP32 partials + LSE in the paged kernel's format.
-4. :mod:`.sparse_merge_kernel` (one split) applies the gate and writes the caller's views.
+4. :mod:`.sparse_finalize_kernel` (the one-split merge) applies the gate and writes the
+   caller's views for the rows of the groups step 3 computed.
 
 Groups are consecutive rows whatever their requests: the union is over physical rows, so
 a group may straddle requests (and padded rows).
@@ -36,7 +37,8 @@ the paged kernel computes every other row.
 Probes not kept (H200, 2026-11-30, same process, 4096-row prefill with 90% overlap, us):
 the union kernel writing the gated ``out``/``lse`` itself (the paged kernel's direct
 epilogue; no partials, no merge kernel) took 2380 / 2384 against 1842 / 1847 for this
-kernel + merge, and 1979 without a gate, so the merge stays; the fused prep with every
+kernel + the merge kernel of then, and 1979 without a gate, so a separate post-op stays
+(now :mod:`.sparse_finalize_kernel`); the fused prep with every
 token id and page loaded before the bucket counts took 508 against 407; two prep CTAs
 per SM (registers capped at 64) 407.5 against 407.9.
 """
@@ -50,12 +52,11 @@ import torch
 
 from mate_core.plans import SparseAttentionPlan
 
-from . import sparse_merge_kernel, sparse_resolve_kernel, sparse_union_fused_kernel, sparse_union_kernel
+from . import sparse_finalize_kernel, sparse_resolve_kernel, sparse_union_fused_kernel, sparse_union_kernel
 from ._build import build, profile_name
 from .sparse_launch import (
     _DTYPES,
     _INT32_LIMIT,
-    MERGE_THREADS,
     _dev,
     _dummies,
     _flat16,
@@ -77,11 +78,13 @@ __all__ = [
     "union_prep",
     "union_prep_fused",
     "prepare_union",
+    "union_attention",
     "PREP_METHODS",
     "sparse_attention_union",
 ]
 
 RESOLVE_THREADS = 256
+FINALIZE_THREADS = 256  # 8 warps, one (row, head) pair each
 PREP_T_CAP = 2560  # shared-memory slots per row of the prep kernel (R * 2560 * 8 bytes <= 160 KiB at R = 8)
 PREP_THREADS = 512
 HASH_BUCKETS = 2048
@@ -136,13 +139,16 @@ def union_specializations(
     wide: tuple[bool, ...] = (False,),
     count_dtypes: tuple[str, ...] = ("int16",),
 ) -> list[tuple[Any, tuple[Any, ...]]]:
-    """``(factory, consts)`` of the resolve kernel, the fused prep kernel and every union kernel for these geometries."""
+    """``(factory, consts)`` of the resolve, fused prep, union and finalize kernels for these geometries."""
     prep = [(sparse_union_fused_kernel.sparse_union_fused_kernel, fused_consts(r)) for r in rows_per_cta]
+    finalize = [
+        (sparse_finalize_kernel.sparse_finalize_kernel, (d, gd, FINALIZE_THREADS)) for d in dtypes for gd in ("float32", d)
+    ]
     union = [
         (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))
         for g in groups for d in dtypes for r in rows_per_cta for w in wide for c in count_dtypes
     ]  # fmt: skip
-    return [(sparse_resolve_kernel.sparse_resolve_kernel, (RESOLVE_THREADS,)), *prep, *union]
+    return [(sparse_resolve_kernel.sparse_resolve_kernel, (RESOLVE_THREADS,)), *prep, *union, *finalize]
 
 
 def fused_consts(rows_per_cta: int) -> tuple[Any, ...]:
@@ -285,9 +291,9 @@ def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tenso
                     counts: torch.Tensor, tile: UnionTile | None = None, max_nu: int = 2**31 - 1) -> None:  # fmt: skip
     """Steps 3-4 of :func:`sparse_attention_union` on a prepared union (``union_prep``'s outputs).
 
-    Groups with ``NU[g] > max_nu`` are skipped by the union kernel; the merge then writes
-    unspecified values into their rows, which the caller must overwrite (``sparse_launch``
-    runs the paged kernel on exactly those rows afterwards).
+    Groups with ``NU[g] > max_nu`` are skipped by the union kernel and the finalize kernel:
+    their rows are left as they were, for the caller to write (``sparse_launch`` runs the
+    paged kernel on exactly those rows afterwards).
     """
     key, value, _, page_size = _paged_kv(plan)
     q = plan.query
@@ -302,16 +308,16 @@ def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tenso
     consts = union_consts(hq // hkv, dtype, rows_per_cta, wide, _count_dtype(counts), tile)
     main = build(sparse_union_kernel.sparse_union_kernel, profile, *consts)
     gate, has_gate, gate_dtype = _gate_view(plan)
-    merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS)
+    finalize = build(sparse_finalize_kernel.sparse_finalize_kernel, profile, dtype, gate_dtype, FINALIZE_THREADS)
     part_o = torch.empty((1, rows, hq, dim), dtype=torch.float32, device=q.device)
     part_l = torch.empty((1, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, u, nu, counts, part_o, part_l, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale),
-         min(max_nu, 2**31 - 1))  # fmt: skip
+    max_nu = min(max_nu, 2**31 - 1)
+    main(q, kf, vf, u, nu, counts, part_o, part_l, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale), max_nu)
     lse = plan.lse
     has_lse = int(lse is not None)
     if lse is None:
         lse = _dummies(device)["float32"].expand(rows, hq)
-    merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)
+    finalize(part_o, part_l, gate, plan.out, lse, nu, has_gate, has_lse, rows_per_cta, max_nu)
 
 
 def _nothing_to_read(plan: SparseAttentionPlan) -> bool:

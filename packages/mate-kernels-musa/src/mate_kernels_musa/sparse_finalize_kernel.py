@@ -1,0 +1,103 @@
+"""One-split post-op of the union path: sigmoid gate, output dtype and LSE from FP32 partials.
+
+With one split the merge (:mod:`.sparse_merge_kernel`) reduces to an elementwise pass::
+
+    out = sigmoid(gate) * o  (0 where lse = -inf: the row used nothing)
+
+so this kernel has no max, weights or barrier: one warp per (query row, Q head), lane ``l``
+owns features ``l, l + 32, ..``, and a register cap keeps the SMs full of warps. The output
+has runtime strides, so its stores are per element; with this layout each store
+instruction of a warp writes 64 consecutive bytes (whole 32-byte sectors). Rows of groups the union kernel left to the
+paged kernel (union size above ``max_nu``) are skipped: the paged kernel writes them.
+
+Measured on the H200 (2026-11-30, session 7, the 4096-row prefill's ``[1, 4096, 24, 256]``
+partials, CUDA-graph medians after an L2 flush, us): the merge kernel took 168 there (one
+64-thread CTA per pair); warp-per-pair merges with the split loop still compiled in took
+114-155 (113 registers: 16-18 warps per SM); this kernel with lane ``l`` owning features
+``8 l .. 8 l + 7`` took 128 at 92% occupancy (ncu): each 2-byte store instruction wrote 2
+bytes of each of 16 sectors, 12.6 M L2 sector writes for 1.6 M sectors of output, with the
+L2 at 81% and DRAM at 23% of peak. An FP32 -> BF16 ``copy_`` of the same partials takes 36.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+from typing import Any
+
+from .sparse_paged_kernel import DIM
+
+__all__ = ["sparse_finalize_kernel"]
+
+LANES = 32
+MAX_THREADS_PER_SM = 2048
+
+
+def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
+    """Build the prim_func.
+
+    Parameters
+    ----------
+    dtype : str
+        Output dtype ("bfloat16" / "float16").
+    gate_dtype : str
+        Gate dtype ("float32" or ``dtype``); irrelevant when the call has no gate.
+    threads : int
+        Threads per CTA, a multiple of 32 dividing 2048 (one warp per (row, head) pair); the
+        launch bounds ask for a full SM of such CTAs.
+
+    Kernel arguments
+    ----------------
+    OP [1, rows, Hq, D] float32 normalized outputs and LP [1, rows, Hq] float32 natural-log
+    LSE (-inf: the row used nothing); GATE [rows, Hq, D] gate_dtype, OUT [rows, Hq, D] dtype
+    and LSE [rows, Hq] float32, runtime strides (no gate / no LSE: a dummy view and
+    ``has_gate = 0`` / ``has_lse = 0``); NU [n_groups] int32 union sizes: row ``r`` is
+    written iff ``NU[r // u_rows] <= max_nu`` (``u_rows >= 1``: the group size).
+    """
+    import tilelang.language as T
+
+    if threads % LANES or MAX_THREADS_PER_SM % threads:
+        raise ValueError(f"threads must be a multiple of {LANES} dividing {MAX_THREADS_PER_SM}, got {threads}")
+    D = DIM
+    V = D // LANES
+    W = threads // LANES
+    acc = "float32"
+    rows, hq, n_grp = T.dynamic("rows, hq, n_grp")
+    sg = T.dynamic("sg0, sg1, sg2", "int64")
+    so = T.dynamic("so0, so1, so2", "int64")
+    sl = T.dynamic("sl0, sl1", "int64")
+
+    @T.prim_func
+    def main(
+        OP: T.Tensor([1, rows, hq, D], acc),
+        LP: T.Tensor([1, rows, hq], acc),
+        GATE: T.StridedTensor([rows, hq, D], sg, gate_dtype),
+        OUT: T.StridedTensor([rows, hq, D], so, dtype),
+        LSE: T.StridedTensor([rows, hq], sl, acc),
+        NU: T.Tensor([n_grp], "int32"),
+        has_gate: T.int32,
+        has_lse: T.int32,
+        u_rows: T.int32,
+        max_nu: T.int32,
+    ):
+        with T.Kernel(T.ceildiv(rows * hq, W), threads=threads) as bx:
+            T.annotate_min_blocks_per_sm(MAX_THREADS_PER_SM // threads)
+            tx = T.get_thread_binding()
+            lane = tx % LANES
+            # Pairs past the end repeat the last one (the same values written twice).
+            pair = T.min(bx * W + tx // LANES, rows * hq - 1)
+            r = T.alloc_var("int32", init=pair // hq)
+            h = T.alloc_var("int32", init=pair % hq)
+            o = T.alloc_local([V], acc)
+            # Loaded whether or not the row is taken, so the loads do not wait for NU.
+            take = T.alloc_var("int32", init=T.if_then_else(NU[T.min(r // u_rows, n_grp - 1)] <= max_nu, 1, 0))
+            lse = T.alloc_var(acc, init=LP[0, r, h])
+            for i in T.unroll(V):
+                o[i] = OP[0, r, h, i * LANES + lane]
+            if take != 0:
+                for i in T.unroll(V):
+                    gate = T.alloc_var(acc, init=1)
+                    if has_gate != 0:
+                        gate = 1 / (1 + T.exp(-T.cast(GATE[r, h, i * LANES + lane], acc)))
+                    OUT[r, h, i * LANES + lane] = T.cast(T.if_then_else(lse > -T.infinity(acc), o[i] * gate, 0), dtype)
+                if has_lse != 0 and lane == 0:
+                    LSE[r, h] = lse
+
+    return main
