@@ -16,7 +16,14 @@ partials, CUDA-graph medians after an L2 flush, us): the merge kernel took 168 t
 114-155 (113 registers: 16-18 warps per SM); this kernel with lane ``l`` owning features
 ``8 l .. 8 l + 7`` took 128 at 92% occupancy (ncu): each 2-byte store instruction wrote 2
 bytes of each of 16 sectors, 12.6 M L2 sector writes for 1.6 M sectors of output, with the
-L2 at 81% and DRAM at 23% of peak. An FP32 -> BF16 ``copy_`` of the same partials takes 36.
+L2 at 81% and DRAM at 23% of peak; with lane ``l`` owning ``l, l + 32, ..`` (whole-sector
+stores) and the loads still behind the ``NU`` test, 83.6 / 83.6. An FP32 -> BF16 ``copy_``
+of the same partials takes 36. End to end (90%-overlap prefill, union path): 1898 / 1900 /
+1902 against 1983 / 1987 / 1985 with the merge kernel.
+
+Not kept: letting the paged kernel's CTAs of union rows (which skip their gather) do this
+instead of a separate pass, 1904 / 1904 / 1912 against 1975 / 1978 / 1974 with the merge
+kernel (another process): no better than this kernel, for a larger paged kernel.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

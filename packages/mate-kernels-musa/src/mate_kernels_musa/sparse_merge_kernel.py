@@ -9,7 +9,15 @@ partial outputs::
 
 A row/head whose every split is empty (all ``lse_s = -inf``) gets zeros (even
 where the gate holds NaN) and -inf. One split is the unsplit schedule: this is
-then the single post-op that applies the gate and writes the caller's views.
+then the single post-op that applies the gate and writes the caller's views (the union
+path has its own, :mod:`.sparse_finalize_kernel`).
+
+Not kept (H200, 2026-11-30, session 7, CUDA-graph medians, us): one warp per (row, head)
+with lanes over the features, in place of this CTA per pair. Merge alone: 32 splits x 1 row
+12.1-16.4 against 8.7-9.1, 25 x 8 11.6-15.2 against 9.5-9.8, 4 x 64 8.8-10.4 against 9.0;
+whole decode calls 1 x 1 22.9-23.3 against 20.4-20.6 and 8 x 1 30.1-30.9 against 26.0-26.1.
+Spreading the splits over threads (one load latency for the LSE max) and the features over
+more SMs serves the latency-bound small batches better.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
