@@ -69,10 +69,11 @@ one split) and ``sms`` the device's multiprocessor count:
   share ~90% of their blocks (union fill 0.32; the paged kernel 3209 us) and 4323 us with
   uniform blocks (fill 0.98; paged 3418 us), i.e. it breaks even near a fill of 0.7; 0.6
   keeps a margin. But the prep (~0.4 ms) is paid whichever path the groups take: end to
-  end (H200, suite at 783c3b2) the overlap prefill goes from 2939 to 2261 us and the
-  uniform one from 3414 to 4075 us (earlier suites of 2026-11-30: 3066 to 2264 and 3421 to
-  4127; 2026-11-29, before skipped rows stopped loading: 2424-2510 and 4146-4320 us), so it
-  is not the default;
+  end (H200, suite at d98a86f) the overlap prefill goes from 2906 to 1902 us and the
+  uniform one from 3257 to 3584 us (earlier suites: 783c3b2, before the union kernel's Q
+  clamp and the finalize kernel, 2939 to 2261 and 3414 to 4075; 2026-11-30: 3066 to 2264
+  and 3421 to 4127; 2026-11-29, before skipped rows stopped loading: 2424-2510 and
+  4146-4320 us), so it is not the default;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
