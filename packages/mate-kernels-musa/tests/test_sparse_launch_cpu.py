@@ -1,10 +1,12 @@
 """The sparse-attention launcher against the reference, on the CPU, with emulated kernels.
 
-The two TileLang kernels only run on the GPU; here ``build`` is replaced by float64
+The TileLang kernels only run on the GPU; here ``build`` is replaced by float64
 emulators that follow each kernel's documented argument contract line by line (row
-resolution, split ranges, slot masking, 16-byte-row K/V addressing, merge and gate). The
-launcher's argument binding, K/V flattening, row-metadata modes, schedules and views
-are thereby checked against ``mate_reference`` on random problems without a GPU.
+resolution, split ranges, slot masking, 16-byte-row K/V addressing, merge and gate; for the
+opt-in union path also the fused prep, the union kernel and the finalize kernel). The
+launcher's argument binding, K/V flattening, row-metadata modes, schedules, the union
+path's split of row groups between its kernels, and views are thereby checked against
+``mate_reference`` on random problems without a GPU.
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
             _emulate_merge(dtype, gate_dtype, threads)(OP, LP, GATE, OUT, LSE, has_gate, has_lse)
             for r in range(rows):  # rows of union-path groups are left as they were
                 if u_rows > 0 and int(UNU[r // u_rows]) <= max_nu:
-                    OUT[r], LSE[r] = out0[r], lse0[r]
+                    OUT[r] = out0[r]
+                    if has_lse:  # else LSE is a broadcast dummy
+                        LSE[r] = lse0[r]
 
     return run
 
@@ -113,7 +117,88 @@ def _emulate_merge(dtype, gate_dtype, threads, pdl=False):
     return run
 
 
-_EMULATORS = {"sparse_paged_kernel": _emulate_paged, "sparse_merge_kernel": _emulate_merge}
+def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
+    """The fused union prep: per group of ``R`` rows, the distinct physical rows their used slots
+    name and each row's count of each (in ascending order; the kernel's own order is another)."""
+
+    def run(TI, BT, U, C, NU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp, pages,
+            page_size):  # fmt: skip
+        r_grp, (rows, n_tok), max_pages = rows_per_cta, TI.shape, BT.shape[1]
+        for g in range(NU.shape[0]):
+            counts: dict[int, list[int]] = {}
+            for i in range(r_grp):
+                r = g * r_grp + i
+                if r >= rows:
+                    continue
+                req, lim = _resolve(r, mode, q_len, n_iter, BT.shape[0], cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk,
+                                    has_qp)  # fmt: skip
+                for p in range(n_tok):
+                    t = int(TI[r, p])
+                    pg = int(BT[req, min(t // page_size, max_pages - 1)]) if 0 <= t <= lim else -1
+                    if 0 <= pg < pages:
+                        counts.setdefault(pg * page_size + t % page_size, [0] * r_grp)[i] += 1
+            NU[g] = len(counts)
+            for u, x in enumerate(sorted(counts)):
+                U[g, u] = x
+                C[g, :, u] = torch.tensor(counts[x], dtype=C.dtype)
+
+    return run
+
+
+def _emulate_union(group, dtype, rows_per_cta, block_n, threads, chunk_blocks, min_blocks, wide, count_dtype,
+                   num_stages=1, packed=False):  # fmt: skip
+    """The union kernel: each row's softmax over its group's union slots, a slot counted as often as the row selected it."""
+
+    def run(Q, KF, VF, U, NU, C, OP, LP, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, max_nu):
+        rows, _, dim = Q.shape
+        for g in range(NU.shape[0]):
+            nu = int(NU[g])
+            if nu > max_nu:  # left to the paged kernel
+                continue
+            for hk in range(hkv):
+                heads = slice(hk * group, (hk + 1) * group)
+                pos = [(int(x) // page_size, int(x) % page_size) for x in U[g, :nu]]
+                keys = [KF[p * kp + s * ks + hk * kh :][: dim // 8].reshape(dim).double() for p, s in pos]
+                vals = [VF[p * vp + s * vs + hk * vh :][: dim // 8].reshape(dim).double() for p, s in pos]
+                for i in range(rows_per_cta):
+                    r = g * rows_per_cta + i
+                    if r >= rows:
+                        continue
+                    cnt = C[g, i, :nu].double()
+                    used = (cnt > 0).nonzero().flatten().tolist()
+                    if not used:
+                        OP[0, r, heads], LP[0, r, heads] = 0, -math.inf
+                        continue
+                    sc = scale * Q[r, heads].double() @ torch.stack([keys[u] for u in used]).T + cnt[used].log()
+                    lse = torch.logsumexp(sc, dim=1)
+                    OP[0, r, heads] = (torch.exp(sc - lse[:, None]) @ torch.stack([vals[u] for u in used])).float()
+                    LP[0, r, heads] = lse.float()
+
+    return run
+
+
+def _emulate_finalize(dtype, gate_dtype, threads):
+    """The union path's one-split post-op: gate and LSE for the rows of groups the union kernel computed."""
+
+    def run(OP, LP, GATE, OUT, LSE, NU, has_gate, has_lse, u_rows, max_nu):
+        for r in range(OUT.shape[0]):
+            if int(NU[r // u_rows]) > max_nu:  # the paged kernel's row: untouched
+                continue
+            o = OP[0, r].double() * (torch.sigmoid(GATE[r].double()) if has_gate else 1)
+            OUT[r] = torch.where(LP[0, r, :, None] > -math.inf, o, torch.zeros_like(o))
+            if has_lse:
+                LSE[r] = LP[0, r]
+
+    return run
+
+
+_EMULATORS = {
+    "sparse_paged_kernel": _emulate_paged,
+    "sparse_merge_kernel": _emulate_merge,
+    "sparse_union_fused_kernel": _emulate_union_prep,
+    "sparse_union_kernel": _emulate_union,
+    "sparse_finalize_kernel": _emulate_finalize,
+}
 
 
 @pytest.fixture
@@ -174,6 +259,31 @@ def test_launcher_padded_kv(emulated, index: int, gen: torch.Generator) -> None:
     """Padded [B, S, Hkv, D] K/V (padded query, num_splits None/1) as one page per request."""
     _check_case(cases.random_case(gen, max_rows=12, max_width=70, kv="padded", views=index % 2 == 1,
                                   **_geometry(index)))  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_launcher_union_path(emulated, monkeypatch, index: int, gen: torch.Generator) -> None:
+    """Opt-in union schedule (``MATE_SPARSE_UNION=1``): groups of 4 rows whose selections overlap take the
+    union kernel + finalize, the other groups the paged kernel, in one call; the result is the reference's."""
+    from mate_kernels_musa import sparse_union
+
+    monkeypatch.setattr(sparse_union, "build", sparse_launch.build)  # the emulators
+    monkeypatch.setattr(sparse_union, "profile_name", lambda device: "cpu-emulator")
+    monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)  # the prefill schedule from 4 CTAs up
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
+    case = None
+    while case is None or case.kwargs["query"].shape[0] < 8:
+        case = cases.random_case(gen, max_rows=24, max_width=70, num_splits=None, query_kind="cu", **_geometry(index))
+    ids = case.kwargs["token_indices"]
+    rows, width = ids.shape
+    for g in range(0, rows // 4, 2):  # every other group: its 4 rows select the same ids (union fill 1/4)
+        ids[4 * g + 1 : 4 * g + 4] = ids[4 * g]
+    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    assert sparse_launch.schedule_for(plan).union_rows == 4
+    _, nu, _ = sparse_union.prepare_union(plan, 4, "fused")
+    max_nu = int(sparse_launch.UNION_MAX_FILL * 4 * width)
+    assert (nu <= max_nu).any(), "no group takes the union path"
+    _check_case(case)
 
 
 def test_padded_kv_block_table_is_a_cached_view(emulated, monkeypatch, gen: torch.Generator) -> None:
