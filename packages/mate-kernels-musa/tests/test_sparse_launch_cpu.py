@@ -117,6 +117,11 @@ def _emulate_merge(dtype, gate_dtype, threads, pdl=False):
     return run
 
 
+def _group_rows(g: int, size: int, rows: int) -> list[tuple[int, int]]:
+    """``(i, r)`` for the rows ``r = g * size + i`` of row group ``g`` that exist (``r < rows``)."""
+    return [(i, g * size + i) for i in range(size) if g * size + i < rows]
+
+
 def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
     """The fused union prep: per group of ``R`` rows, the distinct physical rows their used slots
     name and each row's count of each (in ascending order; the kernel's own order is another)."""
@@ -126,10 +131,7 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
         r_grp, (rows, n_tok), max_pages = rows_per_cta, TI.shape, BT.shape[1]
         for g in range(NU.shape[0]):
             counts: dict[int, list[int]] = {}
-            for i in range(r_grp):
-                r = g * r_grp + i
-                if r >= rows:
-                    continue
+            for i, r in _group_rows(g, r_grp, rows):
                 req, lim = _resolve(r, mode, q_len, n_iter, BT.shape[0], cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk,
                                     has_qp)  # fmt: skip
                 for p in range(n_tok):
@@ -160,10 +162,7 @@ def _emulate_union(group, dtype, rows_per_cta, block_n, threads, chunk_blocks, m
                 pos = [(int(x) // page_size, int(x) % page_size) for x in U[g, :nu]]
                 keys = [KF[p * kp + s * ks + hk * kh :][: dim // 8].reshape(dim).double() for p, s in pos]
                 vals = [VF[p * vp + s * vs + hk * vh :][: dim // 8].reshape(dim).double() for p, s in pos]
-                for i in range(rows_per_cta):
-                    r = g * rows_per_cta + i
-                    if r >= rows:
-                        continue
+                for i, r in _group_rows(g, rows_per_cta, rows):
                     cnt = C[g, i, :nu].double()
                     used = (cnt > 0).nonzero().flatten().tolist()
                     if not used:

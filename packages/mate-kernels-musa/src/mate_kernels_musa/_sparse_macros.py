@@ -7,7 +7,7 @@ from typing import Any
 
 __all__ = [
     "row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
-    "kv_tile_gather", "online_softmax_step",
+    "kv_tile_gather", "online_softmax_step", "gated_output_strides", "sigmoid_gate",
 ]  # fmt: skip
 
 
@@ -241,3 +241,19 @@ def online_softmax_step(rows: int, dim: int) -> Any:
         T.gemm(p_s, v_s, acc_o)
 
     return step
+
+
+def gated_output_strides() -> tuple[Any, Any, Any]:
+    """``(sg, so, sl)``: the runtime int64 strides of the gate ``[rows, Hq, D]``, output
+    ``[rows, Hq, D]`` and LSE ``[rows, Hq]`` views, as the paged, merge and finalize kernels
+    declare them (any validated view binds without a recompile)."""
+    import tilelang.language as T
+
+    return T.dynamic("sg0, sg1, sg2", "int64"), T.dynamic("so0, so1, so2", "int64"), T.dynamic("sl0, sl1", "int64")
+
+
+def sigmoid_gate(x: Any) -> Any:
+    """``sigmoid(x)`` in FP32 for a gate element ``x`` of any float dtype (the merge and finalize kernels)."""
+    import tilelang.language as T
+
+    return 1 / (1 + T.exp(-T.cast(x, "float32")))

@@ -29,6 +29,7 @@ kernel (another process): no better than this kernel, for a larger paged kernel.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
+from ._sparse_macros import gated_output_strides, sigmoid_gate
 from .sparse_paged_kernel import DIM
 
 __all__ = ["sparse_finalize_kernel"]
@@ -67,9 +68,7 @@ def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
     W = threads // LANES
     acc = "float32"
     rows, hq, n_grp = T.dynamic("rows, hq, n_grp")
-    sg = T.dynamic("sg0, sg1, sg2", "int64")
-    so = T.dynamic("so0, so1, so2", "int64")
-    sl = T.dynamic("sl0, sl1", "int64")
+    sg, so, sl = gated_output_strides()
 
     @T.prim_func
     def main(
@@ -102,7 +101,7 @@ def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
                 for i in T.unroll(V):
                     gate = T.alloc_var(acc, init=1)
                     if has_gate != 0:
-                        gate = 1 / (1 + T.exp(-T.cast(GATE[r, h, i * LANES + lane], acc)))
+                        gate = sigmoid_gate(GATE[r, h, i * LANES + lane])
                     OUT[r, h, i * LANES + lane] = T.cast(T.if_then_else(lse > -T.infinity(acc), o[i] * gate, 0), dtype)
                 if has_lse != 0 and lane == 0:
                     LSE[r, h] = lse

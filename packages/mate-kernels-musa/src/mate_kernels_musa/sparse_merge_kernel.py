@@ -23,6 +23,7 @@ more SMs serves the latency-bound small batches better.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
+from ._sparse_macros import gated_output_strides, sigmoid_gate
 from .sparse_paged_kernel import DIM
 
 __all__ = ["sparse_merge_kernel", "UNROLL"]
@@ -60,9 +61,7 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int, pdl: bool = F
     W = threads // 32
     acc = "float32"
     splits, rows, hq = T.dynamic("splits, rows, hq")
-    sg = T.dynamic("sg0, sg1, sg2", "int64")
-    so = T.dynamic("so0, so1, so2", "int64")
-    sl = T.dynamic("sl0, sl1", "int64")
+    sg, so, sl = gated_output_strides()
 
     @T.prim_func
     def main(
@@ -87,7 +86,7 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int, pdl: bool = F
             for i in T.serial(V):
                 gate[i] = 1
                 if has_gate != 0:
-                    gate[i] = 1 / (1 + T.exp(-T.cast(GATE[r, h, tx * V + i], acc)))
+                    gate[i] = sigmoid_gate(GATE[r, h, tx * V + i])
             if pdl:
                 T.pdl_sync()
             # Splits are spread over the threads (one load each, all in flight at once), not

@@ -75,6 +75,7 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 from typing import Any
 
 from ._sparse_macros import (
+    gated_output_strides,
     kv_tile_gather,
     online_softmax_step,
     page_column,
@@ -181,9 +182,7 @@ def sparse_paged_kernel(
     rows, hq, n_tok, n_req, max_pages, nk, nv = T.dynamic("rows, hq, n_tok, n_req, max_pages, nk, nv")
     o_s, o_r, o_h = T.dynamic("o_s, o_r, o_h")  # partials: a 1-element dummy under the direct epilogue
     n_ug = T.dynamic("n_ug")
-    sg = T.dynamic("sg0, sg1, sg2", "int64")
-    so = T.dynamic("so0, so1, so2", "int64")
-    sl = T.dynamic("sl0, sl1", "int64")
+    sg, so, sl = gated_output_strides()
     n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
     sq = T.dynamic("sq0, sq1, sq2", "int64")
     st = T.dynamic("st0, st1", "int64")
