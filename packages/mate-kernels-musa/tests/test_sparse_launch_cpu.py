@@ -124,10 +124,11 @@ def _group_rows(g: int, size: int, rows: int) -> list[tuple[int, int]]:
 
 def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
     """The fused union prep: per group of ``R`` rows, the distinct physical rows their used slots
-    name and each row's count of each (in ascending order; the kernel's own order is another)."""
+    name and each row's count of each (in ascending order; the kernel's own order is another);
+    ``U``/``C`` of groups with a union above ``max_nu`` are not written."""
 
     def run(TI, BT, U, C, NU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp, pages,
-            page_size):  # fmt: skip
+            page_size, max_nu):  # fmt: skip
         r_grp, (rows, n_tok), max_pages = rows_per_cta, TI.shape, BT.shape[1]
         for g in range(NU.shape[0]):
             counts: dict[int, list[int]] = {}
@@ -140,6 +141,8 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
                     if 0 <= pg < pages:
                         counts.setdefault(pg * page_size + t % page_size, [0] * r_grp)[i] += 1
             NU[g] = len(counts)
+            if len(counts) > max_nu:
+                continue
             for u, x in enumerate(sorted(counts)):
                 U[g, u] = x
                 C[g, :, u] = torch.tensor(counts[x], dtype=C.dtype)

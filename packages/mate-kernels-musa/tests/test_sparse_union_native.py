@@ -130,6 +130,17 @@ def test_fused_prep_matches_torch_prep(r: int, gen: torch.Generator) -> None:
         live_u = torch.arange(u1.shape[1], device="cuda")[None, :] < nu1[:, None]
         live_u_c = live_u[:, None, :].expand(-1, r, -1)
         assert torch.equal(u1[live_u], u2[live_u]) and torch.equal(c1[live_u_c], c2[live_u_c]), "order not deterministic"
+        # Under a union cap (the launcher's max_nu): the same NU, and the same U/C for the groups
+        # within it (the others go to the paged kernel and are not written). Poisoned blocks of
+        # the outputs' sizes are freed first, so the caching allocator hands them out again.
+        cap = int(nu1.float().median().item())
+        del u2, c2
+        torch.full_like(u1, -7), torch.full_like(c1, -7)
+        u3, nu3, c3 = prepare_union(native, r, "fused", max_nu=cap)
+        kept = live_u & (nu1 <= cap)[:, None]
+        kept_c = kept[:, None, :].expand(-1, r, -1)
+        assert torch.equal(nu3, nu1), (width, case.notes)
+        assert torch.equal(u3[kept], u1[kept]) and torch.equal(c3[kept_c], c1[kept_c]), (width, case.notes)
 
 
 @pytest.mark.parametrize("method", ["torch", "fused"])

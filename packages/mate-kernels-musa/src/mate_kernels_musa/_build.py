@@ -2,7 +2,8 @@
 
 A kernel module defines a factory whose arguments are the compile-time
 constants (head geometry, dtype, tile sizes) and which returns a TileLang
-``prim_func`` with dynamic runtime sizes. :func:`build` compiles one
+``prim_func`` with dynamic runtime sizes; a ``pass_configs`` attribute on the factory adds
+TileLang pass configs for its kernels. :func:`build` compiles one
 specialization for one target profile and caches it for the process;
 TileLang's on-disk cache (``TILELANG_CACHE_DIR``) persists it across processes.
 """
@@ -37,9 +38,11 @@ def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
 
     prof = profile_named(profile)
     func = factory(*consts)
+    # A factory may carry its own pass configs (a kernel that places every barrier itself).
+    configs = {**dict(prof.pass_configs), **getattr(factory, "pass_configs", {})}
     return tilelang.compile(
         func,
         target=prof.tvm_target(),
-        pass_configs=dict(prof.pass_configs) or None,
+        pass_configs=configs or None,
         execution_backend="auto",
     )

@@ -23,7 +23,9 @@ of the same partials takes 36. End to end (90%-overlap prefill, union path): 189
 
 Not kept: letting the paged kernel's CTAs of union rows (which skip their gather) do this
 instead of a separate pass, 1904 / 1904 / 1912 against 1975 / 1978 / 1974 with the merge
-kernel (another process): no better than this kernel, for a larger paged kernel.
+kernel (another process): no better than this kernel, for a larger paged kernel. Two or four
+pairs per warp with every load before any store (more bytes in flight; session 8, same
+partials, two rounds): 100.4 / 100.5 and 104.2 / 104.2 against 83.3 / 83.2.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

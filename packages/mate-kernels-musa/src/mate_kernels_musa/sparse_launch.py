@@ -290,7 +290,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
 
         u_rows = sched.union_rows
         max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
-        u, unu, counts = prepare_union(plan, u_rows, "fused", row_args)
+        u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu)
         union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
     direct = sched.splits == 1
     if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge

@@ -11,7 +11,7 @@
    ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count as often
    as they appear). ``method="fused"`` (default while ``T <= PREP_T_CAP``): steps 1-2 in
    one kernel (:mod:`.sparse_union_fused_kernel`, hash buckets in shared memory, no sort),
-   0.37-0.41 ms on the 4096-row prefill shape; ``"torch"`` (any ``T``): the resolve kernel,
+   0.23-0.25 ms on the 4096-row prefill shape; ``"torch"`` (any ``T``): the resolve kernel,
    then :func:`union_prep`, torch ops only (a segmented sort of the group's ``R * T`` keys
    ``phys * R + row``; ~1.8 ms there). Both give the same unions and counts (the fused
    kernel in its own deterministic order; tested on the H200).
@@ -234,13 +234,14 @@ def union_prep(phys: torch.Tensor, rows_per_cta: int, n_phys: int) -> tuple[torc
     return u, nu, counts.view(n_grp, r, w + 1)
 
 
-def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int,
-                     row_args: list[Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: list[Any] | None = None,
+                     max_nu: int = 2**31 - 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`, ``T <= PREP_T_CAP``).
 
     Returns ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)``
     with the meaning of :func:`union_prep`'s, the union in the kernel's own deterministic
-    order; only slots ``u < NU[g]`` are written. ``row_args`` as for :func:`resolve_physical`.
+    order; only slots ``u < NU[g]`` are written, and only for groups with ``NU[g] <= max_nu``
+    (the others are left to the paged kernel). ``row_args`` as for :func:`resolve_physical`.
     """
     r = rows_per_cta
     key, _, table, page_size = _paged_kv(plan)
@@ -254,7 +255,7 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int,
                    *fused_consts(r))  # fmt: skip
     if row_args is None:
         row_args = _row_args(plan, table.shape[1] * page_size)
-    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size)
+    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, 2**31 - 1))
     return u, nu, counts
 
 
@@ -262,12 +263,15 @@ PREP_METHODS = ("torch", "fused")
 
 
 def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int, method: str | None = None,
-                  row_args: list[Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                  row_args: list[Any] | None = None,
+                  max_nu: int = 2**31 - 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups.
 
     ``method``: one of ``PREP_METHODS``; None picks "fused" while ``T <= PREP_T_CAP``, else "torch"
     (the fused kernel's shared-memory arrays hold ``PREP_T_CAP`` slots per row). ``row_args``:
     ``sparse_launch._row_args(plan, capacity)`` when the caller has it already (computed once).
+    ``max_nu``: the fused kernel skips ``U``/``C`` of groups whose union is larger (the torch
+    prep writes them all).
     """
     key, _, _, page_size = _paged_kv(plan)
     width = _ids(plan).shape[1]
@@ -278,7 +282,7 @@ def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int, method: str | No
     if method != "torch" and width > PREP_T_CAP:
         raise ValueError(f"method={method!r} holds at most PREP_T_CAP={PREP_T_CAP} slots per row, got {width}")
     if method == "fused":
-        return union_prep_fused(plan, rows_per_cta, row_args)
+        return union_prep_fused(plan, rows_per_cta, row_args, max_nu)
     phys = resolve_physical(plan, rows_per_cta, row_args=row_args)
     return union_prep(phys, rows_per_cta, key.shape[0] * page_size)
 

@@ -16,14 +16,24 @@ and then, per entry, looks only at its own bucket (a few entries on QSA selectio
   so the union is ordered by ``(b(x), x)``: independent of the atomics' order (bitwise
   deterministic results) and near-sorted by token (4-token runs stay adjacent);
 * the canonical entry writes ``U[g, u] = x`` and, for every row ``j``, ``C[g, j, u]`` = the
-  number of entries of its bucket with token ``x`` in row ``j`` (duplicates included).
+  number of entries of its bucket with token ``x`` in row ``j`` (duplicates included), both
+  from one pass over the bucket (the row counts as 16-bit fields of int64 registers).
 
-Every slot ``u < NU[g]`` of ``U`` and ``C`` is written, nothing else: neither output is
-zero-filled. Cost per entry is linear in its bucket's size (quadratic in the worst case of
-one token selected thousands of times, still correct). 0.37-0.41 ms at R = 4 on the
-4096-row prefill shape (H200); it replaced a resolve kernel + hash-only kernel pair
-(130 + ~900 us) and a sorted-rows prep (~1.1 ms), whose per-entry integer index
-arithmetic, not memory, was the cost.
+Every slot ``u < NU[g]`` of ``U`` and ``C`` is written (of groups with ``NU[g] <= max_nu``),
+nothing else: neither output is zero-filled. Cost per entry is linear in its bucket's size (quadratic in the worst case of
+one token selected thousands of times, still correct).
+
+Measured (H200, 4096-row prefill shapes, R = 4, CUDA-graph medians, us): 252 with 90%
+neighbour overlap and 232-243 with uniform blocks. It replaced a resolve kernel + hash-only
+kernel pair (130 + ~900) and a sorted-rows prep (~1100). Session 8 (2026-11-30, three
+interleaved rounds), from 407 / 370 (overlap / uniform): ncu put the kernel at 70% of SM
+issue with 297 M warp instructions, 16 active threads per warp, most of them in the
+per-bucket loops (a warp runs each loop to its lanes' largest bucket, 17-26 entries where
+the mean is 5-8); the slot and count search took ``1 + R`` passes over the bucket, now one
+(252 / 232-243, outputs identical). TileLang's sync planner had put two to four barriers in
+each slot iteration (it cannot tell the data-dependent shared indices apart); the kernel now
+places its 8 phase barriers itself (376 / 342 on their own). Not kept: every token id, then
+every page entry, loaded in two batched passes before the bucket counts (484 / 452).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -56,7 +66,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     block table; U [n_groups, W] int32, C [n_groups, R, W] count_dtype, NU [n_groups] int32
     outputs (``n_groups = ceil(rows / R)``, ``W >= R * T``); CU, R3, SLQ, SLK, QP and the
     scalars mode, q_len, n_iter, cap, has_slq, has_slk, has_qp: the row metadata of
-    ``sparse_paged_kernel``; pages, page_size.
+    ``sparse_paged_kernel``; pages, page_size; max_nu: groups with ``NU[g] > max_nu`` write
+    ``NU[g]`` only (the launcher sends them to the paged kernel).
     """
     import tilelang.language as T
 
@@ -69,7 +80,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     NBC = NB // NBR
     KP = -(-TC // threads)  # slots of one row per thread
     per_thread = -(-NMAX // threads)
-    if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**15 or R > threads:
+    NPK = -(-R // 4)  # int64 packs of 4 16-bit row counts
+    if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**15 or TC >= 2**16 or R > threads:
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit()
 
@@ -114,6 +126,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
         has_qp: T.int32,
         pages: T.int32,
         page_size: T.int32,
+        max_nu: T.int32,
     ):
         with T.Kernel(n_grp, threads=threads) as g:
             sx = T.alloc_shared([NMAX + 1], "int32")  # entry NMAX: scratch for unused slots
@@ -165,8 +178,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             n_valid = off[0, NBR - 1] + cnt[NBR - 1, NBC - 1]
             for i in T.serial(R):
                 for k in T.serial(KP):
-                    # Unused slots write to the spare entry NMAX: shared stores under a data-dependent
-                    # `if` get barriers placed inside the branch by TileLang's sync planner.
+                    # Unused slots write to the spare entry NMAX (no shared store under a data-dependent `if`).
                     x = T.alloc_var("int32", init=xl[i * KP + k])
                     b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
                     pos = T.alloc_var("int32", init=NMAX)
@@ -199,7 +211,9 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                     off[1, r + 1] = off[1, r] + dist[r, NBC - 1]
                 NU[g] = off[1, NBR - 1] + dist[NBR - 1, NBC - 1]
             T.sync_threads()
-            for k in T.serial(per_thread):
+            # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
+            keep = T.if_then_else(off[1, NBR - 1] + dist[NBR - 1, NBC - 1] <= max_nu, 1, 0)
+            for k in T.serial(per_thread * keep):
                 q = k * threads + tx
                 if q < n_valid:
                     if canon[q] != 0:
@@ -207,15 +221,27 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                         u = T.alloc_var("int32", init=0)
                         if b > 0:
                             u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
+                        # One pass over the bucket for the slot and every row's count: row j's
+                        # count in bits 16 (j % 4) of pack j // 4 (a count is at most T < 2^16).
+                        cp = T.alloc_local([NPK], "int64")
+                        for p in T.unroll(NPK):
+                            cp[p] = 0
                         for t in T.serial(size):
-                            if sx[beg + t] < x and canon[beg + t] != 0:
+                            y = sx[beg + t]
+                            j = T.cast(sr[beg + t], "int32")
+                            if y < x and canon[beg + t] != 0:
                                 u = u + 1
+                            for p in T.unroll(NPK):
+                                if y == x and j // 4 == p:
+                                    cp[p] = cp[p] + T.shift_left(T.int64(1), 16 * (j % 4))
                         U[g, T.min(u, width - 1)] = x
-                        for j in T.serial(R):
-                            c = T.alloc_var("int32", init=0)
-                            for t in T.serial(size):
-                                if sx[beg + t] == x and T.cast(sr[beg + t], "int32") == j:
-                                    c = c + 1
+                        for j in T.unroll(R):
+                            c = T.shift_right(cp[j // 4], 16 * (j % 4)) & 0xFFFF
                             C[g, j, T.min(u, width - 1)] = T.cast(c, count_dtype)
 
     return main
+
+
+# Every barrier of the kernel is one of its explicit T.sync_threads between phases (phases
+# share no shared-memory words except through those barriers and atomics).
+sparse_union_fused_kernel.pass_configs = {"tl.disable_thread_storage_sync": True}  # type: ignore[attr-defined]

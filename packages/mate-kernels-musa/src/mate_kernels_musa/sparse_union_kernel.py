@@ -22,6 +22,14 @@ path. Against the guarded, zero-padding load that every CTA ran (H200, 2026-11-3
 7, same process, three interleaved rounds, end-to-end union path, us): 90%-overlap prefill
 1994 / 1990 / 1989 against 2290 / 2277 / 2283; uniform prefill (every group left to the
 paged kernel) 3677 / 3728 / 3761 against 4028 / 4028 / 4092.
+
+Each thread resolves whole union slots of a chunk (the entry, its offsets, then the ``R``
+counts): the union kernel alone (with the finalize kernel, session 8, 2026-11-30, three
+interleaved rounds, us) took 1407 / 1409 / 1401 against 1486 / 1465 / 1458 for a
+``T.Parallel`` over ``(R, CH)`` that loaded each entry ``R`` times, and 3825 / 3821 / 3827
+against 4034 / 3984 / 3986 on uniform blocks with every group forced through it. Not kept:
+one software pipeline over all the group's tiles, resolving the next chunk inside it into
+double buffers (the paged kernel's ``one_pipe``): 2501 / 2492 / 2489 and 6987 / 6992 / 6958.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -102,6 +110,10 @@ def sparse_union_kernel(
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(M, D)
 
+    if CH % threads:
+        raise ValueError(f"block_n * chunk_blocks = {CH} must be a multiple of threads = {threads}")
+    PT = CH // threads  # slots each thread resolves per chunk
+
     rows, hq, n_grp, width, nk, nv = T.dynamic("rows, hq, n_grp, width, nk, nv")
     sq = T.dynamic("sq0, sq1, sq2", "int64")
 
@@ -152,6 +164,7 @@ def sparse_union_kernel(
             k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
             v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
             sl2 = scale * LOG2E
+            tx = T.get_thread_binding()
 
             if run != 0:
                 # Row and head clamped, no per-element condition (as in the paged kernel): the
@@ -167,17 +180,19 @@ def sparse_union_kernel(
 
             for c in T.serial(T.ceildiv(nu, CH) * run):
                 cb = c * CH
-                for j in T.Parallel(CH):
+                # Each thread resolves slots tx, tx + threads, ..: its union entry, then the R counts
+                # of that entry (one U load per slot, where a T.Parallel over (R, CH) loaded it R times).
+                for p in T.unroll(PT):
+                    j = p * threads + tx
                     u = cb + j
                     ph = T.if_then_else(u < nu, U[b, T.min(u, width - 1)], -1)
                     pg = T.max(ph, 0) // page_size
                     sl = T.max(ph, 0) % page_size
                     koff_s[j] = T.if_then_else(ph >= 0, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
                     voff_s[j] = T.if_then_else(ph >= 0, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
-                for i, j in T.Parallel(R, CH):
-                    u = cb + j
-                    cnt = T.if_then_else(u < nu, T.cast(C[b, i, T.min(u, width - 1)], "int32"), 0)
-                    bias_s[i, j] = T.if_then_else(cnt > 0, T.log2(T.cast(cnt, acc)), -T.infinity(acc))
+                    for i in T.unroll(R):
+                        cnt = T.if_then_else(u < nu, T.cast(C[b, i, T.min(u, width - 1)], "int32"), 0)
+                        bias_s[i, j] = T.if_then_else(cnt > 0, T.log2(T.cast(cnt, acc)), -T.infinity(acc))
 
                 trips = chunk_blocks if num_stages > 1 else T.min(chunk_blocks, T.ceildiv(nu - cb, BN))
                 for k in T.Pipelined(trips, num_stages=num_stages):
