@@ -3,7 +3,7 @@
 The TileLang kernels only run on the GPU; here ``build`` is replaced by float64
 emulators that follow each kernel's documented argument contract line by line (row
 resolution, split ranges, slot masking, 16-byte-row K/V addressing, merge and gate; for the
-opt-in union path also the fused prep, the union kernel and the finalize kernel). The
+union path also the fused prep, the union kernel and the finalize kernel). The
 launcher's argument binding, K/V flattening, row-metadata modes, schedules, the union
 path's split of row groups between its kernels, and views are thereby checked against
 ``mate_reference`` on random problems without a GPU.
@@ -205,9 +205,12 @@ _EMULATORS = {
 
 @pytest.fixture
 def emulated(monkeypatch):
-    monkeypatch.setattr(sparse_launch, "profile_name", lambda device: "cpu-emulator")
+    from mate_kernels_musa import sparse_union
+
+    for module in (sparse_launch, sparse_union):
+        monkeypatch.setattr(module, "profile_name", lambda device: "cpu-emulator")
+        monkeypatch.setattr(module, "build", lambda factory, profile, *c: _EMULATORS[factory.__name__](*c))
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 132)
-    monkeypatch.setattr(sparse_launch, "build", lambda factory, profile, *c: _EMULATORS[factory.__name__](*c))
 
 
 def _run_both(case: cases.Case):
@@ -265,12 +268,10 @@ def test_launcher_padded_kv(emulated, index: int, gen: torch.Generator) -> None:
 
 @pytest.mark.parametrize("index", range(8))
 def test_launcher_union_path(emulated, monkeypatch, index: int, gen: torch.Generator) -> None:
-    """Opt-in union schedule (``MATE_SPARSE_UNION=1``): groups of 4 rows whose selections overlap take the
+    """The union schedule (forced, ``MATE_SPARSE_UNION=1``): groups of 4 rows whose selections overlap take the
     union kernel + finalize, the other groups the paged kernel, in one call; the result is the reference's."""
     from mate_kernels_musa import sparse_union
 
-    monkeypatch.setattr(sparse_union, "build", sparse_launch.build)  # the emulators
-    monkeypatch.setattr(sparse_union, "profile_name", lambda device: "cpu-emulator")
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)  # the prefill schedule from 4 CTAs up
     monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
     case = None
@@ -402,11 +403,27 @@ def test_launcher_many_requests_with_empty_ones(emulated, query_kind: str, gen: 
                                   hq=3, hkv=1))  # fmt: skip
 
 
-def test_union_env_switch(monkeypatch) -> None:
+def test_union_env_switch(monkeypatch, gen: torch.Generator) -> None:
+    """Unset: the union path for calls averaging >= UNION_MIN_ROWS_PER_REQUEST rows per request;
+    "1": always; "0": never; anything else raises."""
+    from types import SimpleNamespace
+
+    per_req = sparse_launch.UNION_MIN_ROWS_PER_REQUEST
+    prefill = SimpleNamespace(rows=4096, num_requests=1)
+    chunks = SimpleNamespace(rows=per_req * 8, num_requests=8)
+    decode = SimpleNamespace(rows=per_req * 8 - 1, num_requests=8)
     monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
-    assert not sparse_launch.union_enabled()
+    assert [sparse_launch.union_enabled(p) for p in (prefill, chunks, decode)] == [True, True, False]
     monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
-    assert sparse_launch.union_enabled()
+    assert all(sparse_launch.union_enabled(p) for p in (prefill, chunks, decode))
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "0")
+    assert not any(sparse_launch.union_enabled(p) for p in (prefill, chunks, decode))
     monkeypatch.setenv(sparse_launch.UNION_ENV, "yes")
-    with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0' or '1', got 'yes'"):
-        sparse_launch.union_enabled()
+    with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
+        sparse_launch.union_enabled(prefill)
+    # Through a real plan: 64 rows of one request take the union schedule by default (4+ waves of 1 SM).
+    monkeypatch.delenv(sparse_launch.UNION_ENV)
+    monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)
+    case = cases.random_case(gen, max_rows=64, max_width=40, num_splits=None, query_kind="cu", n_req=1)
+    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    assert sparse_launch.schedule_for(plan).union_rows == (4 if plan.rows >= per_req else 0)

@@ -4,7 +4,7 @@
 (no validation here), picks the schedule (:mod:`.sparse_schedule`), binds the plan's
 tensors with their runtime strides and launches on the current stream:
 
-0. opt-in (``MATE_SPARSE_UNION=1``), the prefill schedule first runs :mod:`.sparse_union`
+0. on prefill chunks (:func:`union_enabled`), the prefill schedule first runs :mod:`.sparse_union`
    on groups of ``UNION_ROWS`` consecutive rows: a one-kernel prep finds each group's union of selected cache rows,
    and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
    share most of their blocks, as neighbouring prefill rows do) are computed by the union
@@ -49,7 +49,7 @@ from mate_core.plans import SparseAttentionPlan
 from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build, profile_name
 from ._sparse_macros import row_mode
-from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, Schedule, choose_schedule
+from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, UNION_MIN_ROWS_PER_REQUEST, Schedule, choose_schedule
 
 __all__ = [
     "sparse_attention", "schedule_for", "specializations", "union_enabled", "UNION_ENV", "MERGE_THREADS",
@@ -121,19 +121,27 @@ def _ids(plan: SparseAttentionPlan) -> torch.Tensor:
 UNION_ENV = "MATE_SPARSE_UNION"
 
 
-def union_enabled() -> bool:
-    """Whether the prefill schedule may use the row-group union path (``MATE_SPARSE_UNION=1``; default 0)."""
-    value = os.environ.get(UNION_ENV, "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"environment variable {UNION_ENV} must be '0' or '1', got {value!r}")
-    return value == "1"
+def union_enabled(plan: SparseAttentionPlan) -> bool:
+    """Whether the prefill schedule may take the row-group union path for ``plan``.
+
+    Environment ``MATE_SPARSE_UNION``: ``"1"`` for every prefill-sized call, ``"0"`` never;
+    unset, when the plan's requests average at least ``UNION_MIN_ROWS_PER_REQUEST`` query
+    rows (prefill chunks, whose neighbouring rows select overlapping blocks; decode batches
+    of one to a few rows per request keep the paged kernel alone). Host-side values only.
+    """
+    value = os.environ.get(UNION_ENV)
+    if value not in (None, "0", "1"):
+        raise ValueError(f"environment variable {UNION_ENV} must be '0', '1' or unset, got {value!r}")
+    if value is not None:
+        return value == "1"
+    return plan.rows >= UNION_MIN_ROWS_PER_REQUEST * max(plan.num_requests, 1)
 
 
 def schedule_for(plan: SparseAttentionPlan) -> Schedule:
     """The schedule ``sparse_attention`` uses for ``plan`` (exposed for tests and benchmarks)."""
     hkv = plan.key.shape[-2]
     return choose_schedule(plan.rows, hkv, _ids(plan).shape[1], plan.num_splits, _sm_count(_dev(plan.query)),
-                           union_enabled())  # fmt: skip
+                           union_enabled(plan))  # fmt: skip
 
 
 def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32") -> tuple[Any, ...]:

@@ -60,20 +60,23 @@ one split) and ``sms`` the device's multiprocessor count:
 
 * ``work >= PREFILL_MIN_WAVES * sms`` -> the prefill schedule: no split, one CTA per
   (row, KV head); neighbouring rows run in neighbouring CTAs and share blocks through L2.
-  Opt-in (environment ``MATE_SPARSE_UNION=1``), with ``T <= UNION_MAX_WIDTH`` the rows are
-  also grouped by ``UNION_ROWS``: a one-kernel
+  On prefill chunks (requests averaging at least ``UNION_MIN_ROWS_PER_REQUEST`` rows; the
+  environment ``MATE_SPARSE_UNION`` forces it on with ``1`` or off with ``0``), with
+  ``T <= UNION_MAX_WIDTH`` the rows are also grouped by ``UNION_ROWS``: a one-kernel
   prep measures each group's union of selected cache rows, and groups whose union holds at
   most ``UNION_MAX_FILL`` of their ``R * T`` slots go to the union kernel, which gathers
   each union token once for the group (:mod:`.sparse_union`); the paged kernel skips them.
   Measured on the 4096-row shapes (R = 4): the union kernel takes 1823 us where the rows
   share ~90% of their blocks (union fill 0.32; the paged kernel 3209 us) and 4323 us with
   uniform blocks (fill 0.98; paged 3418 us), i.e. it breaks even near a fill of 0.7; 0.6
-  keeps a margin. But the prep (~0.4 ms) is paid whichever path the groups take: end to
-  end (H200, suite at d98a86f) the overlap prefill goes from 2906 to 1902 us and the
-  uniform one from 3257 to 3584 us (earlier suites: 783c3b2, before the union kernel's Q
-  clamp and the finalize kernel, 2939 to 2261 and 3414 to 4075; 2026-11-30: 3066 to 2264
-  and 3421 to 4127; 2026-11-29, before skipped rows stopped loading: 2424-2510 and
-  4146-4320 us), so it is not the default;
+  keeps a margin. The prep is paid whichever path the groups take. End to end (H200,
+  session 8, same process, three rounds, us): 90%-overlap prefill 1685-1690 against
+  2923-2926 for the paged kernel alone, uniform blocks 3429-3460 against 3216-3894 (the
+  prep, 0.23-0.25 ms, is most of the difference). Earlier, with a 0.4 ms prep (suite at
+  d98a86f): 1902 against 2906 and 3584 against 3257, when the path was opt-in. Neighbouring
+  rows of a prefill chunk select overlapping blocks (their queries are close and the
+  recent context is shared), so the path is the default for prefill chunks; decode batches
+  (a few rows per request, unrelated selections) keep the paged kernel alone;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
@@ -125,7 +128,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Tile", "Schedule", "W4", "W2", "N64", "W4_LAZY", "W4_C32", "TILES", "CANDIDATES", "choose_schedule",
-    "UNION_ROWS", "UNION_MAX_WIDTH", "UNION_MAX_FILL",
+    "UNION_ROWS", "UNION_MAX_WIDTH", "UNION_MAX_FILL", "UNION_MIN_ROWS_PER_REQUEST",
 ]  # fmt: skip
 
 
@@ -174,6 +177,7 @@ MIN_SLOTS_PER_SPLIT = 64
 UNION_ROWS = 4  # rows per group of the union path (the union kernel's 64-row tile)
 UNION_MAX_WIDTH = 2560  # selection width the one-kernel union prep holds (sparse_union.PREP_T_CAP)
 UNION_MAX_FILL = 0.6  # a group takes the union path iff its union has <= this share of R * T slots
+UNION_MIN_ROWS_PER_REQUEST = 16  # default union path: calls whose requests average this many rows (prefill chunks)
 
 
 def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, union: bool = False) -> Schedule:
@@ -188,7 +192,7 @@ def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, 
     sms : int
         Multiprocessors of the device.
     union : bool
-        Allow the prefill schedule's row-group union path (opt-in: ``MATE_SPARSE_UNION=1``).
+        Allow the prefill schedule's row-group union path (``sparse_launch.union_enabled``).
     """
     work = max(rows * hkv, 1)
     if num_splits > 0:
