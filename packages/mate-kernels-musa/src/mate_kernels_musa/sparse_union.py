@@ -238,7 +238,8 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
                      max_nu: int = 2**31 - 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`, ``T <= PREP_T_CAP``).
 
-    Returns ``(U [n_groups, R T] int32, NU [n_groups] int32, C [n_groups, R, R T] int16)``
+    Returns ``(U [n_groups, W] int32, NU [n_groups] int32, C [n_groups, R, W] int16)``, ``W =
+    max(1, min(R T, max_nu))``,
     with the meaning of :func:`union_prep`'s, the union in the kernel's own deterministic
     order; only slots ``u < NU[g]`` are written, and only for groups with ``NU[g] <= max_nu``
     (the others are left to the paged kernel). ``row_args`` as for :func:`resolve_physical`.
@@ -248,8 +249,11 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
     ids = _ids(plan)
     rows, t = ids.shape
     n_grp, dev = -(-rows // r), ids.device
-    u = torch.empty((n_grp, r * t), dtype=torch.int32, device=dev)
-    counts = torch.empty((n_grp, r, r * t), dtype=torch.int16, device=dev)
+    # Only groups with NU <= max_nu get U/C, so max_nu slots per group hold them (the launcher's
+    # cap is 0.6 R T: 60% of the workspace, ~60 MB on the 4096-row prefill).
+    width = max(1, min(r * t, max_nu))
+    u = torch.empty((n_grp, width), dtype=torch.int32, device=dev)
+    counts = torch.empty((n_grp, r, width), dtype=torch.int16, device=dev)
     nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
     kernel = build(sparse_union_fused_kernel.sparse_union_fused_kernel, profile_name(_dev(plan.query)),
                    *fused_consts(r))  # fmt: skip

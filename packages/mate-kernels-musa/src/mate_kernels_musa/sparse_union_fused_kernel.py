@@ -64,7 +64,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     ----------------
     TI [rows, T] int32 token ids (runtime strides, ``T <= t_cap``); BT [R, max_pages] int32
     block table; U [n_groups, W] int32, C [n_groups, R, W] count_dtype, NU [n_groups] int32
-    outputs (``n_groups = ceil(rows / R)``, ``W >= R * T``); CU, R3, SLQ, SLK, QP and the
+    outputs (``n_groups = ceil(rows / R)``, ``W >= min(R * T, max_nu)``); CU, R3, SLQ, SLK, QP and the
     scalars mode, q_len, n_iter, cap, has_slq, has_slk, has_qp: the row metadata of
     ``sparse_paged_kernel``; pages, page_size; max_nu: groups with ``NU[g] > max_nu`` write
     ``NU[g]`` only (the launcher sends them to the paged kernel).
