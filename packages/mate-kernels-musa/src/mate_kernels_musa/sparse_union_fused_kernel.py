@@ -81,7 +81,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     KP = -(-TC // threads)  # slots of one row per thread
     per_thread = -(-NMAX // threads)
     NPK = -(-R // 4)  # int64 packs of 4 16-bit row counts
-    if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**15 or TC >= 2**16 or R > threads:
+    CANON = 64  # flag bit in an entry's row byte (rows < 64)
+    if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit()
 
@@ -94,16 +95,19 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     def bucket(x):
         return (x ^ (x >> log_nb)) & (NB - 1)
 
+    def canonical(r):  # bit 6 of an entry's row byte: the first copy of its token in its bucket
+        return T.bitwise_and(T.cast(r, "int32"), CANON) != 0
+
     @T.macro
-    def span(sx, cnt, off, q):
+    def span(sx, cnt, off, n_valid, q):
         """(token, bucket, first entry, entries) of entry ``q``'s bucket, as local values."""
         x = T.alloc_var("int32", init=sx[q])
         b = T.alloc_var("int32", init=bucket(x))
-        beg = T.alloc_var("int32", init=0)
-        if b > 0:
-            beg = off[0, (b - 1) // NBC] + cnt[(b - 1) // NBC, (b - 1) % NBC]
-        size = T.alloc_var("int32", init=off[0, b // NBC] + cnt[b // NBC, b % NBC] - beg)
-        return x, b, beg, size
+        beg = T.alloc_var("int32", init=off[0, b // NBC] + cnt[b // NBC, b % NBC])
+        end = T.alloc_var("int32", init=n_valid)
+        if b + 1 < NB:
+            end = off[0, (b + 1) // NBC] + cnt[(b + 1) // NBC, (b + 1) % NBC]
+        return x, b, beg, end - beg
 
     @T.prim_func
     def main(
@@ -130,13 +134,10 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     ):
         with T.Kernel(n_grp, threads=threads) as g:
             sx = T.alloc_shared([NMAX + 1], "int32")  # entry NMAX: scratch for unused slots
-            se = T.alloc_shared([NMAX + 1], "int16")
-            sr = T.alloc_shared([NMAX + 1], "int8")
-            canon = T.alloc_shared([NMAX], "int8")
-            cnt = T.alloc_shared([NBR, NBC], "int32")  # entries per bucket, then their inclusive scan
-            fill = T.alloc_shared([NB], "int32")
+            sr = T.alloc_shared([NMAX + 1], "int8")  # row of the entry, | CANON once found canonical
+            cnt = T.alloc_shared([NBR, NBC], "int32")  # entries per bucket, then their scan
             dist = T.alloc_shared([NBR, NBC], "int32")  # distinct tokens per bucket, then their scan
-            off = T.alloc_shared([2, NBR], "int32")  # row offsets of the two scans
+            off = T.alloc_shared([2, NBR + 1], "int32")  # row offsets of the two scans, then their totals
             req_s = T.alloc_shared([R], "int32")
             lim_s = T.alloc_shared([R], "int32")
             xl = T.alloc_local([R * KP], "int32")
@@ -146,7 +147,6 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                 b = k * threads + tx
                 cnt[b // NBC, b % NBC] = 0
                 dist[b // NBC, b % NBC] = 0
-                fill[b] = 0
             if tx < R:
                 req, lim = resolve(T.min(g * R + tx, rows - 1), mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK,
                                    QP, has_slq, has_slk, has_qp)  # fmt: skip
@@ -172,52 +172,52 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             T.sync_threads()
             if tx == 0:
                 off[0, 0] = 0
-                for r in T.serial(NBR - 1):
+                for r in T.serial(NBR):
                     off[0, r + 1] = off[0, r] + cnt[r, NBC - 1]
             T.sync_threads()
-            n_valid = off[0, NBR - 1] + cnt[NBR - 1, NBC - 1]
-            for i in T.serial(R):
-                for k in T.serial(KP):
-                    # Unused slots write to the spare entry NMAX (no shared store under a data-dependent `if`).
+            n_valid = off[0, NBR]
+            for i in T.unroll(R):  # unrolled: xl stays in registers
+                for k in T.unroll(KP):
+                    # Counting-sort scatter: the bucket's inclusive end counts down, so cnt ends as
+                    # each bucket's first entry. Unused slots write to the spare entry NMAX (no
+                    # shared store under a data-dependent `if`).
                     x = T.alloc_var("int32", init=xl[i * KP + k])
                     b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
                     pos = T.alloc_var("int32", init=NMAX)
                     if x >= 0:
-                        pos = T.atomic_add(fill[b], 1, return_prev=True) + T.if_then_else(
-                            b > 0, off[0, (b - 1) // NBC] + cnt[(b - 1) // NBC, (b - 1) % NBC], 0
-                        )
+                        pos = off[0, b // NBC] + T.atomic_add(cnt[b // NBC, b % NBC], -1, return_prev=True) - 1
                     sx[pos] = x
-                    se[pos] = T.cast(i * TC + k * threads + tx, "int16")
                     sr[pos] = T.cast(i, "int8")
             T.sync_threads()
             for k in T.serial(per_thread):
                 q = k * threads + tx
                 if q < n_valid:
-                    x, b, beg, size = span(sx, cnt, off, q)
-                    me = T.alloc_var("int16", init=se[q])
+                    # Canonical: no earlier entry of the bucket holds the token. Which copy that is
+                    # depends on the atomics; U, C and NU do not.
+                    x, b, beg, size = span(sx, cnt, off, n_valid, q)
                     first = T.alloc_var("int32", init=1)
-                    for t in T.serial(size):
-                        if sx[beg + t] == x and se[beg + t] < me:
+                    for t in T.serial(q - beg):
+                        if sx[beg + t] == x:
                             first = 0
-                    canon[q] = T.cast(first, "int8")
                     if first != 0:
+                        sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
                         T.atomic_add(dist[b // NBC, b % NBC], 1)
             T.sync_threads()
             T.cumsum(src=dist, dim=1)
             T.sync_threads()
             if tx == 0:
                 off[1, 0] = 0
-                for r in T.serial(NBR - 1):
+                for r in T.serial(NBR):
                     off[1, r + 1] = off[1, r] + dist[r, NBC - 1]
-                NU[g] = off[1, NBR - 1] + dist[NBR - 1, NBC - 1]
+                NU[g] = off[1, NBR]
             T.sync_threads()
             # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
-            keep = T.if_then_else(off[1, NBR - 1] + dist[NBR - 1, NBC - 1] <= max_nu, 1, 0)
+            keep = T.if_then_else(off[1, NBR] <= max_nu, 1, 0)
             for k in T.serial(per_thread * keep):
                 q = k * threads + tx
                 if q < n_valid:
-                    if canon[q] != 0:
-                        x, b, beg, size = span(sx, cnt, off, q)
+                    if canonical(sr[q]):
+                        x, b, beg, size = span(sx, cnt, off, n_valid, q)
                         u = T.alloc_var("int32", init=0)
                         if b > 0:
                             u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
@@ -228,8 +228,9 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                             cp[p] = 0
                         for t in T.serial(size):
                             y = sx[beg + t]
-                            j = T.cast(sr[beg + t], "int32")
-                            if y < x and canon[beg + t] != 0:
+                            rb = sr[beg + t]
+                            j = T.bitwise_and(T.cast(rb, "int32"), CANON - 1)
+                            if y < x and canonical(rb):
                                 u = u + 1
                             for p in T.unroll(NPK):
                                 if y == x and j // 4 == p:
