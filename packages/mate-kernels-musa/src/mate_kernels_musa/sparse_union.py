@@ -11,7 +11,7 @@
    ``NU`` and the per-(row, union slot) selection counts ``C`` (duplicates count as often
    as they appear). ``method="fused"`` (default while ``T <= PREP_T_CAP``): steps 1-2 in
    one kernel (:mod:`.sparse_union_fused_kernel`, hash buckets in shared memory, no sort),
-   0.23-0.25 ms on the 4096-row prefill shape; ``"torch"`` (any ``T``): the resolve kernel,
+   0.19-0.21 ms on the 4096-row prefill shape; ``"torch"`` (any ``T``): the resolve kernel,
    then :func:`union_prep`, torch ops only (a segmented sort of the group's ``R * T`` keys
    ``phys * R + row``; ~1.8 ms there). Both give the same unions and counts (the fused
    kernel in its own deterministic order; tested on the H200).

@@ -5,12 +5,13 @@ One group of ``R`` consecutive rows per CTA. The CTA resolves its rows' limits o
 cache row ``page * page_size + slot`` by the paged kernel's rule (unused slots drop out);
 each thread keeps the physical rows of its slots in local memory between passes. No sort:
 the CTA counts its used entries per bucket ``b(x)`` (``NB`` buckets of mixed low bits,
-shared-memory atomics), scans the counts, scatters the entries into bucket ranges (the
-order inside a bucket depends on atomics, nothing else does), each entry carrying its row
-index (``int8``) next to its tie-break key ``e = i * t_cap + p`` (row ``i``, slot ``p``),
-and then, per entry, looks only at its own bucket (a few entries on QSA selections):
+shared-memory atomics), scans the counts and scatters the entries into bucket ranges by
+counting each bucket's end down (the order inside a bucket depends on the atomics), each
+entry carrying its row index (an ``int8``), and then, per entry, looks only at its own bucket
+(a few entries on QSA selections):
 
-* the entry is canonical iff no entry of its bucket holds the same token with a smaller ``e``;
+* the entry is canonical iff no earlier entry of its bucket holds the same token (its row
+  byte gets a flag bit); which copy that is depends on the atomics, nothing below does;
 * canonical entries are counted per bucket and scanned: the union slot of token ``x`` is
   ``u = (distinct tokens of buckets < b(x)) + (distinct tokens of bucket b(x) below x)``,
   so the union is ordered by ``(b(x), x)``: independent of the atomics' order (bitwise
@@ -20,20 +21,28 @@ and then, per entry, looks only at its own bucket (a few entries on QSA selectio
   from one pass over the bucket (the row counts as 16-bit fields of int64 registers).
 
 Every slot ``u < NU[g]`` of ``U`` and ``C`` is written (of groups with ``NU[g] <= max_nu``),
-nothing else: neither output is zero-filled. Cost per entry is linear in its bucket's size (quadratic in the worst case of
-one token selected thousands of times, still correct).
+nothing else: neither output is zero-filled. Cost per entry is linear in its bucket's size
+(quadratic in the worst case of one token selected thousands of times, still correct).
 
-Measured (H200, 4096-row prefill shapes, R = 4, CUDA-graph medians, us): 252 with 90%
-neighbour overlap and 232-243 with uniform blocks. It replaced a resolve kernel + hash-only
-kernel pair (130 + ~900) and a sorted-rows prep (~1100). Session 8 (2026-11-30, three
-interleaved rounds), from 407 / 370 (overlap / uniform): ncu put the kernel at 70% of SM
-issue with 297 M warp instructions, 16 active threads per warp, most of them in the
-per-bucket loops (a warp runs each loop to its lanes' largest bucket, 17-26 entries where
-the mean is 5-8); the slot and count search took ``1 + R`` passes over the bucket, now one
-(252 / 232-243, outputs identical). TileLang's sync planner had put two to four barriers in
-each slot iteration (it cannot tell the data-dependent shared indices apart); the kernel now
-places its 8 phase barriers itself (376 / 342 on their own). Not kept: every token id, then
-every page entry, loaded in two batched passes before the bucket counts (484 / 452).
+Measured (H200, 4096-row prefill shapes, R = 4, CUDA-graph medians, us): 213 with 90%
+neighbour overlap and 192-199 with uniform blocks (155-160 there when the launcher's
+``max_nu`` skips the U/C pass of groups left to the paged kernel). It replaced a resolve
+kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Session 8
+(2026-11-30, three interleaved rounds each), from 407 / 370 (overlap / uniform):
+
+* ncu put the kernel at 70% of SM issue with 297 M warp instructions, 16 active threads per
+  warp, most of them in the per-bucket loops (a warp runs each loop to its lanes' largest
+  bucket, 17-26 entries where the mean is 5-8). The slot and count search took ``1 + R``
+  passes over the bucket, now one: 252 / 232-243, outputs identical.
+* TileLang's sync planner had put two to four barriers in each slot iteration (it cannot
+  tell the data-dependent shared indices apart); the kernel places its 8 phase barriers
+  itself (376 / 342 on their own).
+* The canonical test scanned the whole bucket against a per-entry tie-break key (``int16``
+  in shared memory, written by the scatter); scanning only the earlier entries needs no key:
+  255 -> 213 / 236 -> 196 (U, C and NU identical), whole union call 1694 -> 1650 / 3295 ->
+  3270. With 4096 buckets (fewer entries per bucket, 84 KB of shared memory) 220 / 204.
+* Not kept: every token id, then every page entry, loaded in two batched passes before
+  the bucket counts (484 / 452).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
