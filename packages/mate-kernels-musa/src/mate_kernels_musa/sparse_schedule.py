@@ -70,9 +70,9 @@ one split) and ``sms`` the device's multiprocessor count:
   share ~90% of their blocks (union fill 0.32; the paged kernel 3209 us) and 4323 us with
   uniform blocks (fill 0.98; paged 3418 us), i.e. it breaks even near a fill of 0.7; 0.6
   keeps a margin. The prep is paid whichever path the groups take. End to end (H200,
-  session 8, same process, three rounds, us): 90%-overlap prefill 1685-1690 against
-  2923-2926 for the paged kernel alone, uniform blocks 3429-3460 against 3216-3894 (the
-  prep, 0.23-0.25 ms, is most of the difference). Earlier, with a 0.4 ms prep (suite at
+  session 8, suite at the final kernels, us): 90%-overlap prefill 1654 against 2927 for
+  the paged kernel alone, uniform blocks 3354 against 3222 (the prep, ~0.16 ms there with
+  the U/C pass skipped, is most of the difference). Earlier, with a 0.4 ms prep (suite at
   d98a86f): 1902 against 2906 and 3584 against 3257, when the path was opt-in. Neighbouring
   rows of a prefill chunk select overlapping blocks (their queries are close and the
   recent context is shared), so the path is the default for prefill chunks; decode batches
