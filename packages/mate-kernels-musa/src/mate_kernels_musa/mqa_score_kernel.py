@@ -82,7 +82,11 @@ use. This kernel's staged bulk ``-inf`` stores reach 3.66 TB/s on the blind pref
 thread, 16-byte stores, no staging tile) took the blind prefill to 133.4 / 133.6, but the
 causal shape to 383.2 / 383.9 with spread (369.1 / 363.2 as shipped) and 369.5 / 368.9
 without it, and the dense prefill, which has no blind tile, to 240.9 / 241.5 (235.2 / 236.0;
-registers and code layout). Not kept.
+registers and code layout). Not kept. A separate ``-inf`` fill beside this kernel would not
+help either: the dense prefill call (229 us, 537 MB of scores) and a 537 MB ``fill_(-inf)``
+(118 us) forked on two streams in one graph took 343 us, their sum (session 8, one lease,
+three rounds; the causal call alone 355-357 there): with two CTAs per SM at 233 registers
+the kernel holds the register file, so nothing runs beside it.
 
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
