@@ -85,8 +85,9 @@ without it, and the dense prefill, which has no blind tile, to 240.9 / 241.5 (23
 registers and code layout). Not kept. A separate ``-inf`` fill beside this kernel would not
 help either: the dense prefill call (229 us, 537 MB of scores) and a 537 MB ``fill_(-inf)``
 (118 us) forked on two streams in one graph took 343 us, their sum (session 8, one lease,
-three rounds; the causal call alone 355-357 there): with two CTAs per SM at 233 registers
-the kernel holds the register file, so nothing runs beside it.
+three rounds; the causal call alone 355-357 there). Why they do not overlap is not
+established (two CTAs of 128 threads at 233 registers leave ~6 K registers per SM, room for
+a small fill CTA; the fill may simply take the SMs first, as it is launched first).
 
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
