@@ -127,7 +127,8 @@ def union_enabled(plan: SparseAttentionPlan) -> bool:
     Environment ``MATE_SPARSE_UNION``: ``"1"`` for every prefill-sized call, ``"0"`` never;
     unset, when the plan's requests average at least ``UNION_MIN_ROWS_PER_REQUEST`` query
     rows (prefill chunks, whose neighbouring rows select overlapping blocks; decode batches
-    of one to a few rows per request keep the paged kernel alone). Host-side values only.
+    of one to a few rows per request keep the paged kernel alone). The physical path
+    (``selected_kv_indices``, no requests) counts as one request. Host-side values only.
     """
     value = os.environ.get(UNION_ENV)
     if value not in (None, "0", "1"):
