@@ -153,10 +153,9 @@ def slot_page() -> Any:
     Request-local token id ``t`` is used iff ``0 <= t <= lim``; its page ``pg = BT[req, t //
     page_size]`` (the column clamped into the table, read only for used ids, else -1) must lie
     in ``[0, pages)``; ``sl = t % page_size`` is its slot in that page. ``good`` is the whole test.
-    Used by the resolve kernel and the paged kernel's lazy prologue; the paged kernel's eager
-    path loads the page first (:func:`page_column`) and applies :func:`slot_rule`; the fused
-    union prep and the union kernel apply the same rule in their own form (the prep keeps its
-    page load behind the ``used`` branch).
+    Used by the resolve kernel, the fused union prep and the paged kernel's lazy prologue; the
+    paged kernel's eager path loads the page first (:func:`page_column`) and applies
+    :func:`slot_rule`.
     """
     import tilelang.language as T
 

@@ -2,7 +2,8 @@
 
 One group of ``R`` consecutive rows per CTA. The CTA resolves its rows' limits once
 (threads ``0..R-1``, :func:`._sparse_macros.resolve_row_limit`) and each slot's physical
-cache row ``page * page_size + slot`` by the paged kernel's rule (unused slots drop out);
+cache row ``page * page_size + slot`` by the paged kernel's rule (:func:`._sparse_macros.slot_page`;
+unused slots drop out);
 each thread keeps the physical rows of its slots in local memory between passes. No sort:
 the CTA counts its used entries per bucket ``b(x)`` (``NB`` buckets of mixed low bits,
 shared-memory atomics), scans the counts and scatters the entries into bucket ranges by
@@ -48,7 +49,7 @@ kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Sess
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import resolve_row_limit
+from ._sparse_macros import resolve_row_limit, slot_page
 
 __all__ = ["sparse_union_fused_kernel"]
 
@@ -94,6 +95,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit()
+    slot = slot_page()
 
     rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
     n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
@@ -168,11 +170,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                     t = T.alloc_var("int32", init=-1)
                     if p < n_tok:
                         t = TI[T.min(g * R + i, rows - 1), T.min(p, n_tok - 1)]
-                    x = T.alloc_var("int32", init=-1)
-                    if t >= 0 and t <= lim_s[i]:
-                        pg = T.alloc_var("int32", init=BT[req_s[i], T.min(t // page_size, max_pages - 1)])
-                        if pg >= 0 and pg < pages:
-                            x = pg * page_size + t % page_size
+                    good, pg, sl = slot(t, lim_s[i], req_s[i], BT, pages, page_size, max_pages)
+                    x = T.alloc_var("int32", init=T.if_then_else(good, pg * page_size + sl, -1))
                     xl[i * KP + k] = x
                     if x >= 0:
                         T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
