@@ -49,23 +49,14 @@ def _row_limit() -> Any:
     return limit
 
 
-def resolve_row_limit() -> Any:
-    """Build the macro ``resolve(r, ...) -> (req, lim)``.
-
-    ``req`` is the row's request clamped into ``[0, R)`` (safe for block-table reads)
-    and ``lim`` the last usable request-local token id: a selected id ``t`` is used iff
-    ``0 <= t <= lim`` (and its page is valid). ``lim`` folds in the causal position
-    (``query_positions`` or ``seq_len_k - seq_len_q + local``), ``seq_len_k`` and the KV
-    capacity; padded rows (local index outside ``[0, seq_len_q)`` or request id out of
-    range) get ``lim = -1``. In ``PHYSICAL`` mode ``lim = cap - 1`` (the launcher passes
-    no length or position metadata there). All loads are scalar and uniform across the CTA.
-    """
+def _request_of() -> Any:
+    """Macro ``request(r, mode, q_len, n_iter, n_req, CU, R3) -> (req, loc, cnt)``: row ``r``'s
+    request, its index in the request and the request's row count (``cu_seqlens_q`` by binary
+    search; unclamped, :func:`_row_limit` checks and clamps)."""
     import tilelang.language as T
 
-    limit = _row_limit()
-
     @T.macro
-    def resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp):
+    def request(r, mode, q_len, n_iter, n_req, CU, R3):
         req = T.alloc_var("int32", init=0)
         loc = T.alloc_var("int32", init=0)
         cnt = T.alloc_var("int32", init=0)
@@ -93,9 +84,40 @@ def resolve_row_limit() -> Any:
             cnt = R3[2, r]
         else:
             cnt = 1
+        return req, loc, cnt
+
+    return request
+
+
+def resolve_row_limit(with_count: bool = False) -> Any:
+    """Build the macro ``resolve(r, ...) -> (req, lim)`` (``(req, lim, cnt)`` with ``with_count``).
+
+    ``req`` is the row's request clamped into ``[0, R)`` (safe for block-table reads)
+    and ``lim`` the last usable request-local token id: a selected id ``t`` is used iff
+    ``0 <= t <= lim`` (and its page is valid). ``lim`` folds in the causal position
+    (``query_positions`` or ``seq_len_k - seq_len_q + local``), ``seq_len_k`` and the KV
+    capacity; padded rows (local index outside ``[0, seq_len_q)`` or request id out of
+    range) get ``lim = -1``. In ``PHYSICAL`` mode ``lim = cap - 1`` (the launcher passes
+    no length or position metadata there). ``cnt`` is the request's row count in the call
+    (1 in ``PHYSICAL`` mode). All loads are scalar and uniform across the CTA.
+    """
+    import tilelang.language as T
+
+    limit = _row_limit()
+    request = _request_of()
+
+    @T.macro
+    def resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp):
+        req, loc, cnt = request(r, mode, q_len, n_iter, n_req, CU, R3)
         return limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp)
 
-    return resolve
+    @T.macro
+    def resolve_counted(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp):
+        req, loc, cnt = request(r, mode, q_len, n_iter, n_req, CU, R3)
+        rq, lim = limit(r, req, loc, cnt, n_req, cap, SLQ, SLK, QP, has_slq, has_slk, has_qp)
+        return rq, lim, cnt
+
+    return resolve_counted if with_count else resolve
 
 
 def resolve_row_limit_parallel(threads: int) -> Any:
