@@ -191,13 +191,15 @@ def random_case(
     views: bool = False,
     n_req: int | None = None,
     empty_requests: bool = False,
+    row_counts: list[int] | None = None,
 ) -> Case:
     """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T.
 
     ``kv="padded"`` gives padded ``[B, S, Hkv, D]`` K/V (with a padded query and
     ``num_splits`` None or 1, the native combination); ``views`` embeds every input (``_embed``).
     ``n_req`` fixes the request count; ``empty_requests`` (flattened queries only) gives
-    about a third of the requests no rows (repeated ``cu_seqlens_q`` entries).
+    about a third of the requests no rows (repeated ``cu_seqlens_q`` entries). ``row_counts``
+    fixes each request's query rows (a mixed batch: a prefill chunk among decode rows).
     """
     page_size = _pick(gen, [16, 32, 64])
     if kv == "padded":
@@ -206,12 +208,12 @@ def random_case(
     query_kind = query_kind or _pick(gen, ["cu", "t2r", "padded"])
     canonical = bool(_randint(gen, 0, 1)) if canonical is None else canonical
     decode = bool(_randint(gen, 0, 1))
-    n_req = n_req or int(_randint(gen, 1, 6))
+    n_req = len(row_counts) if row_counts else n_req or int(_randint(gen, 1, 6))
     q_cap = 4 if decode else max(1, max_rows // n_req)
     q_lens = [int(x) for x in _randint(gen, 1, q_cap, n_req)]
     while sum(q_lens) > max_rows:
         q_lens[q_lens.index(max(q_lens))] -= 1
-    q_lens = [max(q, 1) for q in q_lens]
+    q_lens = list(row_counts) if row_counts else [max(q, 1) for q in q_lens]
     if empty_requests:
         if query_kind == "padded":
             raise ValueError("empty_requests needs flattened queries")
@@ -334,6 +336,22 @@ def random_case(
              "views": views}  # fmt: skip
     bases = _embed_inputs(gen, kwargs, 2 if query_kind == "padded" else 1) if views else {}
     return Case(kwargs, base, notes, bases)
+
+
+def mixed_batch(gen: torch.Generator, chunk: int, width: int, **kwargs) -> tuple[Case, list[bool]]:
+    """Two decode rows, a ``chunk``-row prefill request, three decode rows (flattened, ``cu_seqlens_q``);
+    the chunk's groups of 4 rows select what their first row selects (small unions). Returns the case
+    and, per group of 4 rows, whether all its rows are the chunk's."""
+    counts = [1, 1, chunk, 1, 1, 1]
+    case = random_case(gen, width=width, num_splits=None, query_kind="cu", row_counts=counts, canonical=True,
+                       **kwargs)  # fmt: skip
+    ids = case.kwargs["token_indices"]
+    rows = ids.shape[0]
+    in_chunk = [all(2 <= r < 2 + chunk for r in range(4 * g, min(4 * g + 4, rows))) for g in range(-(-rows // 4))]
+    for g, whole in enumerate(in_chunk):
+        if whole:
+            ids[4 * g + 1 : 4 * g + 4] = ids[4 * g]
+    return case, in_chunk
 
 
 def physical_case(

@@ -23,8 +23,10 @@ from mate_kernels_musa._sparse_macros import row_mode
 from mate_kernels_musa.sparse_schedule import W4, choose_schedule
 
 
-def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, parallel=False):
-    """Python twin of ``_sparse_macros.resolve_row_limit`` (``parallel``: ``resolve_row_limit_parallel``)."""
+def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, parallel=False,
+             count=False):  # fmt: skip
+    """Python twin of ``_sparse_macros.resolve_row_limit`` (``parallel``: ``resolve_row_limit_parallel``;
+    ``count``: ``resolve_row_limit(with_count=True)``, which also returns the request's row count)."""
     if mode == row_mode.PADDED:
         req, loc, cnt = r // q_len, r % q_len, q_len
     elif mode == row_mode.CU_SEQLENS:
@@ -47,7 +49,7 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
     slk = int(SLK[req]) if has_slk else cap
     pos = int(QP[r]) if has_qp else slk - slq + loc
     lim = min(pos, min(slk, cap) - 1) if valid and loc < slq else -1
-    return req, lim
+    return (req, lim, cnt) if count else (req, lim)
 
 
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype):
@@ -125,16 +127,22 @@ def _group_rows(g: int, size: int, rows: int) -> list[tuple[int, int]]:
 def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
     """The fused union prep: per group of ``R`` rows, the distinct physical rows their used slots
     name and each row's count of each (in ascending order; the kernel's own order is another);
-    ``U``/``C`` of groups with a union above ``max_nu`` are not written."""
+    ``U``/``C`` of groups with a union above ``max_nu`` are not written; groups with a row of a
+    request of fewer than ``min_rows`` rows (not in ``PHYSICAL`` mode) get ``NU = UNMEASURED`` only."""
+    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
 
     def run(TI, BT, U, C, NU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp, pages,
-            page_size, max_nu):  # fmt: skip
+            page_size, max_nu, min_rows):  # fmt: skip
         r_grp, (rows, n_tok), max_pages = rows_per_cta, TI.shape, BT.shape[1]
+        meta = (mode, q_len, n_iter, BT.shape[0], cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
         for g in range(NU.shape[0]):
+            sizes = [_resolve(r, *meta, count=True)[2] for _, r in _group_rows(g, r_grp, rows)]
+            if mode != row_mode.PHYSICAL and min(sizes) < min_rows:
+                NU[g] = UNMEASURED
+                continue
             counts: dict[int, list[int]] = {}
             for i, r in _group_rows(g, r_grp, rows):
-                req, lim = _resolve(r, mode, q_len, n_iter, BT.shape[0], cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk,
-                                    has_qp)  # fmt: skip
+                req, lim = _resolve(r, *meta)
                 for p in range(n_tok):
                     t = int(TI[r, p])
                     pg = int(BT[req, min(t // page_size, max_pages - 1)]) if 0 <= t <= lim else -1
@@ -289,6 +297,25 @@ def test_launcher_union_path(emulated, monkeypatch, index: int, gen: torch.Gener
     _check_case(case)
 
 
+def test_launcher_mixed_batch(emulated, monkeypatch, gen: torch.Generator) -> None:
+    """Default rule on a prefill chunk among decode rows: the prep measures only the chunk's groups (the
+    others get NU = UNMEASURED and go to the paged kernel), and the call matches the reference."""
+    from mate_kernels_musa import sparse_union
+    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
+
+    monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)
+    monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
+    case, in_chunk = cases.mixed_batch(gen, 22, 43, hq=3, hkv=1)
+    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    assert sparse_launch.schedule_for(plan).union_rows == 4
+    _, nu, _ = sparse_union.prepare_union(plan, 4, "fused", max_nu=1000, min_rows=sparse_launch.union_min_rows())
+    assert [int(n) != UNMEASURED for n in nu] == in_chunk, (nu.tolist(), in_chunk)
+    assert (nu[torch.tensor(in_chunk)] <= int(sparse_launch.UNION_MAX_FILL * 4 * 43)).all(), "no chunk group takes the union"
+    with pytest.raises(ValueError, match="min_rows=16 needs max_nu < 2147483647"):
+        sparse_union.prepare_union(plan, 4, "fused", min_rows=16)
+    _check_case(case)
+
+
 def test_padded_kv_block_table_is_a_cached_view(emulated, monkeypatch, gen: torch.Generator) -> None:
     """Padded K/V: request b owns page b. Up to IDENTITY_ROWS requests the block table is a view
     of the per-device cached table (nothing allocated or launched per call); past it, a fresh
@@ -404,23 +431,29 @@ def test_launcher_many_requests_with_empty_ones(emulated, query_kind: str, gen: 
 
 
 def test_union_env_switch(monkeypatch, gen: torch.Generator) -> None:
-    """Unset: the union path for calls averaging >= UNION_MIN_ROWS_PER_REQUEST rows per request;
-    "1": always; "0": never; anything else raises."""
+    """Unset: the union path when some request may hold UNION_MIN_ROWS_PER_REQUEST rows (rows - requests + 1),
+    the prep measuring only groups of such requests; "1": always, every group; "0": never; anything else raises."""
     from types import SimpleNamespace
 
     per_req = sparse_launch.UNION_MIN_ROWS_PER_REQUEST
     prefill = SimpleNamespace(rows=4096, num_requests=1)
-    chunks = SimpleNamespace(rows=per_req * 8, num_requests=8)
-    decode = SimpleNamespace(rows=per_req * 8 - 1, num_requests=8)
+    mixed = SimpleNamespace(rows=per_req + 500, num_requests=501)  # one chunk of per_req rows + 500 decode rows
+    decode = SimpleNamespace(rows=per_req + 499, num_requests=501)  # at most per_req - 1 rows in any request
+    physical = SimpleNamespace(rows=per_req, num_requests=0)
+    plans = (prefill, mixed, decode, physical)
     monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
-    assert [sparse_launch.union_enabled(p) for p in (prefill, chunks, decode)] == [True, True, False]
+    assert [sparse_launch.union_enabled(p) for p in plans] == [True, True, False, True]
+    assert sparse_launch.union_min_rows() == per_req
     monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
-    assert all(sparse_launch.union_enabled(p) for p in (prefill, chunks, decode))
+    assert all(sparse_launch.union_enabled(p) for p in plans)
+    assert sparse_launch.union_min_rows() == 0
     monkeypatch.setenv(sparse_launch.UNION_ENV, "0")
-    assert not any(sparse_launch.union_enabled(p) for p in (prefill, chunks, decode))
+    assert not any(sparse_launch.union_enabled(p) for p in plans)
     monkeypatch.setenv(sparse_launch.UNION_ENV, "yes")
     with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
         sparse_launch.union_enabled(prefill)
+    with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
+        sparse_launch.union_min_rows()
     # Through a real plan: 64 rows of one request take the union schedule by default (4+ waves of 1 SM).
     monkeypatch.delenv(sparse_launch.UNION_ENV)
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)

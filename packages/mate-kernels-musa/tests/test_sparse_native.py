@@ -83,6 +83,26 @@ def test_prefill_union_and_paged_groups(query_kind: str, gen: torch.Generator, m
     _check(native, ref, case)
 
 
+def test_mixed_batch_default_union(gen: torch.Generator, monkeypatch) -> None:
+    """Default rule, a 300-row prefill chunk among decode rows: the fused prep measures only the
+    chunk's groups (decode groups get NU = UNMEASURED, no union work) and the call is correct."""
+    from mate_kernels_musa import sparse_attention, sparse_launch
+    from mate_kernels_musa.sparse_union import prepare_union
+    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
+
+    monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
+    case, in_chunk = cases.mixed_batch(gen, 300, 411)
+    case = case.to("cuda")
+    native, ref = _plans(case)
+    assert sparse_launch.schedule_for(native).union_rows == 4
+    max_nu = int(sparse_launch.UNION_MAX_FILL * 4 * 411)
+    _, nu, _ = prepare_union(native, 4, "fused", max_nu=max_nu, min_rows=sparse_launch.union_min_rows())
+    assert [int(n) != UNMEASURED for n in nu] == in_chunk, (nu.tolist(), in_chunk)
+    assert (nu[torch.tensor(in_chunk, device="cuda")] <= max_nu).all(), "no chunk group takes the union"
+    sparse_attention(native)
+    _check(native, ref, case)
+
+
 def test_decode_canonical_width(gen: torch.Generator) -> None:
     """64 decode rows, 2051-slot QSA selections, every split count."""
     for splits in cases.SPLITS:

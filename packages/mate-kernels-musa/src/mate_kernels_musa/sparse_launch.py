@@ -52,7 +52,7 @@ from ._sparse_macros import row_mode
 from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, UNION_MIN_ROWS_PER_REQUEST, Schedule, choose_schedule
 
 __all__ = [
-    "sparse_attention", "schedule_for", "specializations", "union_enabled", "UNION_ENV", "MERGE_THREADS",
+    "sparse_attention", "schedule_for", "specializations", "union_enabled", "union_min_rows", "UNION_ENV", "MERGE_THREADS",
     "IDENTITY_ROWS",
 ]  # fmt: skip
 
@@ -121,21 +121,37 @@ def _ids(plan: SparseAttentionPlan) -> torch.Tensor:
 UNION_ENV = "MATE_SPARSE_UNION"
 
 
+def _union_env() -> str | None:
+    value = os.environ.get(UNION_ENV)
+    if value not in (None, "0", "1"):
+        raise ValueError(f"environment variable {UNION_ENV} must be '0', '1' or unset, got {value!r}")
+    return value
+
+
 def union_enabled(plan: SparseAttentionPlan) -> bool:
     """Whether the prefill schedule may take the row-group union path for ``plan``.
 
     Environment ``MATE_SPARSE_UNION``: ``"1"`` for every prefill-sized call, ``"0"`` never;
-    unset, when the plan's requests average at least ``UNION_MIN_ROWS_PER_REQUEST`` query
-    rows (prefill chunks, whose neighbouring rows select overlapping blocks; decode batches
-    of one to a few rows per request keep the paged kernel alone). The physical path
+    unset, when some request may hold ``UNION_MIN_ROWS_PER_REQUEST`` query rows: ``rows -
+    requests + 1`` reaches it (the largest request's row count if every request has a row;
+    requests without rows only make the rule miss). Then the union prep itself, on the
+    device, measures only the groups whose rows all belong to requests of at least that many
+    rows (:func:`union_min_rows`): prefill chunks, whose neighbouring rows select overlapping
+    blocks, take the union path, also inside a mixed batch, while decode rows (one to a few
+    per request) stay with the paged kernel without paying for a union. The physical path
     (``selected_kv_indices``, no requests) counts as one request. Host-side values only.
     """
-    value = os.environ.get(UNION_ENV)
-    if value not in (None, "0", "1"):
-        raise ValueError(f"environment variable {UNION_ENV} must be '0', '1' or unset, got {value!r}")
+    value = _union_env()
     if value is not None:
         return value == "1"
-    return plan.rows >= UNION_MIN_ROWS_PER_REQUEST * max(plan.num_requests, 1)
+    return plan.rows - max(plan.num_requests, 1) + 1 >= UNION_MIN_ROWS_PER_REQUEST
+
+
+def union_min_rows() -> int:
+    """The union prep's per-group rule: a group is measured only if every row's request has at
+    least this many rows (0 under ``MATE_SPARSE_UNION=1``: every group; the physical path:
+    every group)."""
+    return 0 if _union_env() == "1" else UNION_MIN_ROWS_PER_REQUEST
 
 
 def schedule_for(plan: SparseAttentionPlan) -> Schedule:
@@ -299,7 +315,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
 
         u_rows = sched.union_rows
         max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
-        u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu)
+        u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu, union_min_rows())
         union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
     direct = sched.splits == 1
     if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge

@@ -60,10 +60,12 @@ one split) and ``sms`` the device's multiprocessor count:
 
 * ``work >= PREFILL_MIN_WAVES * sms`` -> the prefill schedule: no split, one CTA per
   (row, KV head); neighbouring rows run in neighbouring CTAs and share blocks through L2.
-  On prefill chunks (requests averaging at least ``UNION_MIN_ROWS_PER_REQUEST`` rows; the
-  environment ``MATE_SPARSE_UNION`` forces it on with ``1`` or off with ``0``), with
+  When some request may hold ``UNION_MIN_ROWS_PER_REQUEST`` rows (``sparse_launch.union_enabled``;
+  the environment ``MATE_SPARSE_UNION`` forces it on with ``1`` or off with ``0``), with
   ``T <= UNION_MAX_WIDTH`` the rows are also grouped by ``UNION_ROWS``: a one-kernel
-  prep measures each group's union of selected cache rows, and groups whose union holds at
+  prep measures the union of selected cache rows of each group whose rows all belong to
+  requests of at least that many rows (the others, e.g. the decode rows of a mixed batch,
+  are left to the paged kernel at once), and groups whose union holds at
   most ``UNION_MAX_FILL`` of their ``R * T`` slots go to the union kernel, which gathers
   each union token once for the group (:mod:`.sparse_union`); the paged kernel skips them.
   Measured on the 4096-row shapes (R = 4): the union kernel takes 1823 us where the rows
@@ -75,8 +77,15 @@ one split) and ``sms`` the device's multiprocessor count:
   the U/C pass skipped, is most of the difference). Earlier, with a 0.4 ms prep (suite at
   d98a86f): 1902 against 2906 and 3584 against 3257, when the path was opt-in. Neighbouring
   rows of a prefill chunk select overlapping blocks (their queries are close and the
-  recent context is shared), so the path is the default for prefill chunks; decode batches
-  (a few rows per request, unrelated selections) keep the paged kernel alone;
+  recent context is shared), so the path is the default for prefill chunks; decode rows
+  (a few per request, unrelated selections) keep the paged kernel. Mixed batches (H200,
+  session 9, same process, 131072-token contexts, us): a 2048-row chunk (90% overlap) + 512
+  one-row decode requests 1333 against 1917 for the paged kernel alone (the session-8 rule,
+  requests averaging 16 rows, did not take the path: 1905); a 1024-row chunk + 1024 decode
+  rows 1406 against 1668; 256 requests x 4 rows, all left to the paged kernel by the prep,
+  994 against 973 (the prep's early exit 7.6 us, the union and finalize launches 13.7; the
+  prep measuring every group instead 35.6); 1024 one-row requests do not take the path.
+  Per-request row counts are device data, so the host can only bound the largest request;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
@@ -177,7 +186,7 @@ MIN_SLOTS_PER_SPLIT = 64
 UNION_ROWS = 4  # rows per group of the union path (the union kernel's 64-row tile)
 UNION_MAX_WIDTH = 2560  # selection width the one-kernel union prep holds (sparse_union.PREP_T_CAP)
 UNION_MAX_FILL = 0.6  # a group takes the union path iff its union has <= this share of R * T slots
-UNION_MIN_ROWS_PER_REQUEST = 16  # default union path: calls whose requests average this many rows (prefill chunks)
+UNION_MIN_ROWS_PER_REQUEST = 16  # default union path: row groups of requests with this many rows (prefill chunks)
 
 
 def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, union: bool = False) -> Schedule:

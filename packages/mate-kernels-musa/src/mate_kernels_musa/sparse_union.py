@@ -237,7 +237,8 @@ def union_prep(phys: torch.Tensor, rows_per_cta: int, n_phys: int) -> tuple[torc
 
 
 def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: list[Any] | None = None,
-                     max_nu: int = 2**31 - 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                     max_nu: int = 2**31 - 1,
+                     min_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`, ``T <= PREP_T_CAP``).
 
     Returns ``(U [n_groups, W] int32, NU [n_groups] int32, C [n_groups, R, W] int16)``, ``W =
@@ -245,7 +246,12 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
     with the meaning of :func:`union_prep`'s, the union in the kernel's own deterministic
     order; only slots ``u < NU[g]`` are written, and only for groups with ``NU[g] <= max_nu``
     (the others are left to the paged kernel). ``row_args`` as for :func:`resolve_physical`.
+    ``min_rows > 0``: groups with a row of a request of fewer query rows get
+    ``NU[g] = UNMEASURED`` and nothing else (their token ids are not read); this needs
+    ``max_nu < UNMEASURED`` so that every consumer leaves them to the paged kernel.
     """
+    if min_rows > 0 and max_nu >= sparse_union_fused_kernel.UNMEASURED:
+        raise ValueError(f"min_rows={min_rows} needs max_nu < {sparse_union_fused_kernel.UNMEASURED}, got {max_nu}")
     r = rows_per_cta
     key, _, table, page_size = _paged_kv(plan)
     ids = _ids(plan)
@@ -261,7 +267,7 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
                    *fused_consts(r))  # fmt: skip
     if row_args is None:
         row_args = _row_args(plan, table.shape[1] * page_size)
-    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, 2**31 - 1))
+    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, 2**31 - 1), min_rows)
     return u, nu, counts
 
 
@@ -270,14 +276,16 @@ PREP_METHODS = ("torch", "fused")
 
 def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int, method: str | None = None,
                   row_args: list[Any] | None = None,
-                  max_nu: int = 2**31 - 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+                  max_nu: int = 2**31 - 1,
+                  min_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups.
 
     ``method``: one of ``PREP_METHODS``; None picks "fused" while ``T <= PREP_T_CAP``, else "torch"
     (the fused kernel's shared-memory arrays hold ``PREP_T_CAP`` slots per row). ``row_args``:
     ``sparse_launch._row_args(plan, capacity)`` when the caller has it already (computed once).
     ``max_nu``: the fused kernel skips ``U``/``C`` of groups whose union is larger (the torch
-    prep writes them all).
+    prep writes them all). ``min_rows``: see :func:`union_prep_fused` (the torch prep
+    measures every group; the result is the same, only slower).
     """
     key, _, _, page_size = _paged_kv(plan)
     width = _ids(plan).shape[1]
@@ -288,7 +296,7 @@ def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int, method: str | No
     if method != "torch" and width > PREP_T_CAP:
         raise ValueError(f"method={method!r} holds at most PREP_T_CAP={PREP_T_CAP} slots per row, got {width}")
     if method == "fused":
-        return union_prep_fused(plan, rows_per_cta, row_args, max_nu)
+        return union_prep_fused(plan, rows_per_cta, row_args, max_nu, min_rows)
     phys = resolve_physical(plan, rows_per_cta, row_args=row_args)
     return union_prep(phys, rows_per_cta, key.shape[0] * page_size)
 

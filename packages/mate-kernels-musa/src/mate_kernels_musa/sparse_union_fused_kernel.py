@@ -21,6 +21,11 @@ entry carrying its row index (an ``int8``), and then, per entry, looks only at i
   number of entries of its bucket with token ``x`` in row ``j`` (duplicates included), both
   from one pass over the bucket (the row counts as 16-bit fields of int64 registers).
 
+With ``min_rows > 0`` (the launcher's default rule) a group with a row of a request of fewer
+rows (the decode rows of a mixed batch) writes ``NU[g] = UNMEASURED`` right after resolving its
+rows and stops: no token id is read, no bucket touched, and every consumer leaves the group to
+the paged kernel.
+
 Every slot ``u < NU[g]`` of ``U`` and ``C`` is written (of groups with ``NU[g] <= max_nu``),
 nothing else: neither output is zero-filled. Cost per entry is linear in its bucket's size
 (quadratic in the worst case of one token selected thousands of times, still correct).
@@ -36,8 +41,8 @@ kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Sess
   bucket, 17-26 entries where the mean is 5-8). The slot and count search took ``1 + R``
   passes over the bucket, now one: 252 / 232-243, outputs identical.
 * TileLang's sync planner had put two to four barriers in each slot iteration (it cannot
-  tell the data-dependent shared indices apart); the kernel places its 8 phase barriers
-  itself (376 / 342 on their own).
+  tell the data-dependent shared indices apart); the kernel places its phase barriers
+  itself (8 then, 9 since the early exit below) (376 / 342 on their own).
 * The canonical test scanned the whole bucket against a per-entry tie-break key (``int16``
   in shared memory, written by the scatter); scanning only the earlier entries needs no key:
   255 -> 213 / 236 -> 196 (U, C and NU identical), whole union call 1694 -> 1650 / 3295 ->
@@ -49,9 +54,11 @@ kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Sess
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import resolve_row_limit, slot_page
+from ._sparse_macros import resolve_row_limit, row_mode, slot_page
 
-__all__ = ["sparse_union_fused_kernel"]
+__all__ = ["sparse_union_fused_kernel", "UNMEASURED"]
+
+UNMEASURED = 2**31 - 1  # NU of a group left to the paged kernel without measuring its union (min_rows)
 
 
 def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, buckets: int, count_dtype: str) -> Any:
@@ -77,7 +84,10 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     outputs (``n_groups = ceil(rows / R)``, ``W >= min(R * T, max_nu)``); CU, R3, SLQ, SLK, QP and the
     scalars mode, q_len, n_iter, cap, has_slq, has_slk, has_qp: the row metadata of
     ``sparse_paged_kernel``; pages, page_size; max_nu: groups with ``NU[g] > max_nu`` write
-    ``NU[g]`` only (the launcher sends them to the paged kernel).
+    ``NU[g]`` only (the launcher sends them to the paged kernel); min_rows: a group with a
+    row of a request of fewer rows (``PHYSICAL`` mode: none) reads no token id and writes
+    ``NU[g] = UNMEASURED`` only, right after resolving its rows (0 = measure every group;
+    needs ``max_nu < UNMEASURED``).
     """
     import tilelang.language as T
 
@@ -94,7 +104,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     CANON = 64  # flag bit in an entry's row byte (rows < 64)
     if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
-    resolve = resolve_row_limit()
+    resolve = resolve_row_limit(with_count=True)
     slot = slot_page()
 
     rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
@@ -142,6 +152,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
         pages: T.int32,
         page_size: T.int32,
         max_nu: T.int32,
+        min_rows: T.int32,
     ):
         with T.Kernel(n_grp, threads=threads) as g:
             sx = T.alloc_shared([NMAX + 1], "int32")  # entry NMAX: scratch for unused slots
@@ -151,102 +162,114 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             off = T.alloc_shared([2, NBR + 1], "int32")  # row offsets of the two scans, then their totals
             req_s = T.alloc_shared([R], "int32")
             lim_s = T.alloc_shared([R], "int32")
+            small_s = T.alloc_shared([R], "int32")
             xl = T.alloc_local([R * KP], "int32")
             tx = T.get_thread_binding()
 
-            for k in T.serial(NB // threads):
-                b = k * threads + tx
-                cnt[b // NBC, b % NBC] = 0
-                dist[b // NBC, b % NBC] = 0
             if tx < R:
-                req, lim = resolve(T.min(g * R + tx, rows - 1), mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK,
-                                   QP, has_slq, has_slk, has_qp)  # fmt: skip
+                req, lim, n_rows = resolve(T.min(g * R + tx, rows - 1), mode, q_len, n_iter, n_req, cap, CU, R3,
+                                           SLQ, SLK, QP, has_slq, has_slk, has_qp)  # fmt: skip
                 req_s[tx] = req
                 lim_s[tx] = T.if_then_else(g * R + tx < rows, lim, -1)
+                # A row of a short request (a decode row of a mixed batch): its group is left unmeasured.
+                small_s[tx] = T.if_then_else(
+                    (g * R + tx < rows) & (mode != row_mode.PHYSICAL) & (n_rows < min_rows), 1, 0)
             T.sync_threads()
-            for i in T.serial(R):
-                for k in T.serial(KP):
-                    p = k * threads + tx
-                    t = T.alloc_var("int32", init=-1)
-                    if p < n_tok:
-                        t = TI[T.min(g * R + i, rows - 1), T.min(p, n_tok - 1)]
-                    good, pg, sl = slot(t, lim_s[i], req_s[i], BT, pages, page_size, max_pages)
-                    x = T.alloc_var("int32", init=T.if_then_else(good, pg * page_size + sl, -1))
-                    xl[i * KP + k] = x
-                    if x >= 0:
-                        T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
-            T.sync_threads()
-            T.cumsum(src=cnt, dim=1)
-            T.sync_threads()
-            if tx == 0:
-                off[0, 0] = 0
-                for r in T.serial(NBR):
-                    off[0, r + 1] = off[0, r] + cnt[r, NBC - 1]
-            T.sync_threads()
-            n_valid = off[0, NBR]
-            for i in T.unroll(R):  # unrolled: xl stays in registers
-                for k in T.unroll(KP):
-                    # Counting-sort scatter: the bucket's inclusive end counts down, so cnt ends as
-                    # each bucket's first entry. Unused slots write to the spare entry NMAX (no
-                    # shared store under a data-dependent `if`).
-                    x = T.alloc_var("int32", init=xl[i * KP + k])
-                    b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
-                    pos = T.alloc_var("int32", init=NMAX)
-                    if x >= 0:
-                        pos = off[0, b // NBC] + T.atomic_add(cnt[b // NBC, b % NBC], -1, return_prev=True) - 1
-                    sx[pos] = x
-                    sr[pos] = T.cast(i, "int8")
-            T.sync_threads()
-            for k in T.serial(per_thread):
-                q = k * threads + tx
-                if q < n_valid:
-                    # Canonical: no earlier entry of the bucket holds the token. Which copy that is
-                    # depends on the atomics; U, C and NU do not.
-                    x, b, beg, size = span(sx, cnt, off, n_valid, q)
-                    first = T.alloc_var("int32", init=1)
-                    for t in T.serial(q - beg):
-                        if sx[beg + t] == x:
-                            first = 0
-                    if first != 0:
-                        sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
-                        T.atomic_add(dist[b // NBC, b % NBC], 1)
-            T.sync_threads()
-            T.cumsum(src=dist, dim=1)
-            T.sync_threads()
-            if tx == 0:
-                off[1, 0] = 0
-                for r in T.serial(NBR):
-                    off[1, r + 1] = off[1, r] + dist[r, NBC - 1]
-                NU[g] = off[1, NBR]
-            T.sync_threads()
-            # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
-            keep = T.if_then_else(off[1, NBR] <= max_nu, 1, 0)
-            for k in T.serial(per_thread * keep):
-                q = k * threads + tx
-                if q < n_valid:
-                    if canonical(sr[q]):
+            small = T.alloc_var("int32", init=0)
+            for i in T.unroll(R):
+                small = T.max(small, small_s[i])
+            if small != 0:
+                if tx == 0:
+                    NU[g] = UNMEASURED
+            else:
+                for k in T.serial(NB // threads):
+                    b = k * threads + tx
+                    cnt[b // NBC, b % NBC] = 0
+                    dist[b // NBC, b % NBC] = 0
+                T.sync_threads()
+                for i in T.serial(R):
+                    for k in T.serial(KP):
+                        p = k * threads + tx
+                        t = T.alloc_var("int32", init=-1)
+                        if p < n_tok:
+                            t = TI[T.min(g * R + i, rows - 1), T.min(p, n_tok - 1)]
+                        good, pg, sl = slot(t, lim_s[i], req_s[i], BT, pages, page_size, max_pages)
+                        x = T.alloc_var("int32", init=T.if_then_else(good, pg * page_size + sl, -1))
+                        xl[i * KP + k] = x
+                        if x >= 0:
+                            T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
+                T.sync_threads()
+                T.cumsum(src=cnt, dim=1)
+                T.sync_threads()
+                if tx == 0:
+                    off[0, 0] = 0
+                    for r in T.serial(NBR):
+                        off[0, r + 1] = off[0, r] + cnt[r, NBC - 1]
+                T.sync_threads()
+                n_valid = off[0, NBR]
+                for i in T.unroll(R):  # unrolled: xl stays in registers
+                    for k in T.unroll(KP):
+                        # Counting-sort scatter: the bucket's inclusive end counts down, so cnt ends as
+                        # each bucket's first entry. Unused slots write to the spare entry NMAX (no
+                        # shared store under a data-dependent `if`).
+                        x = T.alloc_var("int32", init=xl[i * KP + k])
+                        b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
+                        pos = T.alloc_var("int32", init=NMAX)
+                        if x >= 0:
+                            pos = off[0, b // NBC] + T.atomic_add(cnt[b // NBC, b % NBC], -1, return_prev=True) - 1
+                        sx[pos] = x
+                        sr[pos] = T.cast(i, "int8")
+                T.sync_threads()
+                for k in T.serial(per_thread):
+                    q = k * threads + tx
+                    if q < n_valid:
+                        # Canonical: no earlier entry of the bucket holds the token. Which copy that is
+                        # depends on the atomics; U, C and NU do not.
                         x, b, beg, size = span(sx, cnt, off, n_valid, q)
-                        u = T.alloc_var("int32", init=0)
-                        if b > 0:
-                            u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
-                        # One pass over the bucket for the slot and every row's count: row j's
-                        # count in bits 16 (j % 4) of pack j // 4 (a count is at most T < 2^16).
-                        cp = T.alloc_local([NPK], "int64")
-                        for p in T.unroll(NPK):
-                            cp[p] = 0
-                        for t in T.serial(size):
-                            y = sx[beg + t]
-                            rb = sr[beg + t]
-                            j = T.bitwise_and(T.cast(rb, "int32"), CANON - 1)
-                            if y < x and canonical(rb):
-                                u = u + 1
+                        first = T.alloc_var("int32", init=1)
+                        for t in T.serial(q - beg):
+                            if sx[beg + t] == x:
+                                first = 0
+                        if first != 0:
+                            sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
+                            T.atomic_add(dist[b // NBC, b % NBC], 1)
+                T.sync_threads()
+                T.cumsum(src=dist, dim=1)
+                T.sync_threads()
+                if tx == 0:
+                    off[1, 0] = 0
+                    for r in T.serial(NBR):
+                        off[1, r + 1] = off[1, r] + dist[r, NBC - 1]
+                    NU[g] = off[1, NBR]
+                T.sync_threads()
+                # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
+                keep = T.if_then_else(off[1, NBR] <= max_nu, 1, 0)
+                for k in T.serial(per_thread * keep):
+                    q = k * threads + tx
+                    if q < n_valid:
+                        if canonical(sr[q]):
+                            x, b, beg, size = span(sx, cnt, off, n_valid, q)
+                            u = T.alloc_var("int32", init=0)
+                            if b > 0:
+                                u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
+                            # One pass over the bucket for the slot and every row's count: row j's
+                            # count in bits 16 (j % 4) of pack j // 4 (a count is at most T < 2^16).
+                            cp = T.alloc_local([NPK], "int64")
                             for p in T.unroll(NPK):
-                                if y == x and j // 4 == p:
-                                    cp[p] = cp[p] + T.shift_left(T.int64(1), 16 * (j % 4))
-                        U[g, T.min(u, width - 1)] = x
-                        for j in T.unroll(R):
-                            c = T.shift_right(cp[j // 4], 16 * (j % 4)) & 0xFFFF
-                            C[g, j, T.min(u, width - 1)] = T.cast(c, count_dtype)
+                                cp[p] = 0
+                            for t in T.serial(size):
+                                y = sx[beg + t]
+                                rb = sr[beg + t]
+                                j = T.bitwise_and(T.cast(rb, "int32"), CANON - 1)
+                                if y < x and canonical(rb):
+                                    u = u + 1
+                                for p in T.unroll(NPK):
+                                    if y == x and j // 4 == p:
+                                        cp[p] = cp[p] + T.shift_left(T.int64(1), 16 * (j % 4))
+                            U[g, T.min(u, width - 1)] = x
+                            for j in T.unroll(R):
+                                c = T.shift_right(cp[j // 4], 16 * (j % 4)) & 0xFFFF
+                                C[g, j, T.min(u, width - 1)] = T.cast(c, count_dtype)
 
     return main
 

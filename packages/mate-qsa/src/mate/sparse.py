@@ -99,10 +99,11 @@ def qsa_sparse_attention(
         ``out = attention * sigmoid(gate)``.
     num_splits : int, optional
         ``None`` chooses a schedule; a positive int sets the SplitKV count (1 disables it;
-        the native path takes at most 65535). With ``None``, native prefill chunks (requests
-        averaging 16+ query rows) share one K/V gather between neighbouring rows whose
-        selections overlap; environment ``MATE_SPARSE_UNION=0`` turns that off, ``=1`` on
-        for every prefill-sized call.
+        the native path takes at most 65535). With ``None``, in prefill-sized native calls the
+        rows of requests with 16+ query rows (prefill chunks, also among decode rows) share one
+        K/V gather between neighbouring rows whose selections overlap; environment
+        ``MATE_SPARSE_UNION=0`` turns that off, ``=1`` on for every row of every
+        prefill-sized call.
     return_lse : bool, default False
         Also return the float32 natural-log log-sum-exp, shape ``query.shape[:-1]``.
     backend : {"tilelang", "reference"}, default "tilelang"
