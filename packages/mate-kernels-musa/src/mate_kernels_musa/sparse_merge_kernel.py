@@ -18,6 +18,19 @@ with lanes over the features, in place of this CTA per pair. Merge alone: 32 spl
 whole decode calls 1 x 1 22.9-23.3 against 20.4-20.6 and 8 x 1 30.1-30.9 against 26.0-26.1.
 Spreading the splits over threads (one load latency for the LSE max) and the features over
 more SMs serves the latency-bound small batches better.
+
+Not kept either (H200, session 9, branch ``next/cluster-merge``, CUDA-graph medians after a
+read flush, three interleaved rounds, us): no merge kernel, the ``S`` splits of a (row, KV
+head) launched as one thread-block cluster (``cluster_dims = (1, 1, S)``), each CTA pushing
+feature slice ``k`` of its unnormalized accumulator and its (max, sum) into CTA ``k``'s shared
+memory (TileLang ``copy_cluster``: scalar remote stores), which combines the slice, applies the
+gate and writes ``out``/``lse``. Correct (GPU tests, memcheck clean) but slower, the more so
+the larger and more numerous the clusters: decode 64 x 1 at 4 splits 127.1-127.5 against
+81.6-82.0 with this kernel, at 2 splits 87.8-88.0 against 86.1-86.3, at 8 splits 147 against
+98; 32 x 1 at 8 splits 90 against 52; 8 x 1 at 8 splits 40 against 31; 1 x 1 at 8 splits 31.8
+against 28.5 (a single cluster: the epilogue and launch cost ~3 us). Why many clusters lose
+so much (fewer co-resident CTAs under cluster placement is the likely cause) is not
+established.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
