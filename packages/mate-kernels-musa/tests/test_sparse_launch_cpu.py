@@ -460,3 +460,26 @@ def test_union_env_switch(monkeypatch, gen: torch.Generator) -> None:
     case = cases.random_case(gen, max_rows=64, max_width=40, num_splits=None, query_kind="cu", n_req=1)
     plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
     assert sparse_launch.schedule_for(plan).union_rows == (4 if plan.rows >= per_req else 0)
+
+
+def test_precompile_covers_the_launcher(emulated, monkeypatch, gen: torch.Generator) -> None:
+    """Every kernel the launcher builds for 24 / 2 heads (split, unsplit and union schedules, both
+    dtypes) is one of ``precompile.launcher_specializations()``."""
+    from mate_kernels_musa import precompile, sparse_union
+
+    built: set[tuple] = set()
+    for module in (sparse_launch, sparse_union):
+        monkeypatch.setattr(module, "build", lambda f, p, *c, inner=module.build: built.add((f, c)) or inner(f, p, *c))
+    monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)  # the prefill schedule from 4 CTAs up
+    for dtype in (torch.bfloat16, torch.float16):
+        for num_splits in (None, 1, 7):
+            case = cases.random_case(gen, max_rows=12, max_width=40, dtype=dtype, num_splits=num_splits,
+                                     query_kind="cu")  # fmt: skip
+            for union in ("0", "1"):
+                monkeypatch.setenv(sparse_launch.UNION_ENV, union)
+                _run_both(case)
+    names = {f.__name__ for f, _ in built}
+    assert names == {"sparse_paged_kernel", "sparse_merge_kernel", "sparse_union_fused_kernel", "sparse_union_kernel",
+                     "sparse_finalize_kernel"}, names  # fmt: skip
+    listed = {(s.factory, s.consts) for s in precompile.launcher_specializations()}
+    assert built <= listed, built - listed

@@ -122,3 +122,51 @@ def test_missing_command_is_a_usage_error(capsys) -> None:
         main([])
     assert info.value.code == 2
     assert "COMMAND" in capsys.readouterr().err
+
+
+def test_precompile_lists_the_launchers_kernels(capsys) -> None:
+    code, out = _run(capsys, "precompile", "--list", "--dtype", "bfloat16", "--family", "mqa_decode")
+    assert code == 0
+    assert "4 specializations" in out
+    for page_size in (8, 16, 32, 64):
+        assert f"decode_kernel(bfloat16, {page_size}, True, 128)" in out
+    code, out = _run(capsys, "precompile", "--list", "--group", "3", "--family", "sparse_paged", "--dtype", "float16")
+    assert code == 0 and "sparse_paged_kernel(3, float16" in out and "(12," not in out
+
+
+def test_precompile_compiles_and_reports(capsys, monkeypatch) -> None:
+    """The command passes its selection to ``precompile`` and reports each result; a failure exits 1."""
+    from mate_kernels_musa import precompile as pc
+
+    calls = []
+
+    def fake(specs, profile, jobs, on_result):
+        calls.append((len(specs), profile, jobs))
+        results = [pc.Result(s, 1.5, None if i else "ValueError: bad") for i, s in enumerate(specs)]
+        for r in results:
+            on_result(r)
+        return results
+
+    monkeypatch.setattr(pc, "precompile", fake)
+    code, out = _run(capsys, "precompile", "--target", "cuda-sm90a", "--dtype", "float16", "--family", "sparse_merge",
+                     "--jobs", "3")  # fmt: skip
+    assert calls == [(2, "cuda-sm90a", 3)]
+    assert code == 1 and "FAILED: ValueError: bad" in out and "ok" in out
+    assert "compiled 1 of 2 specializations for cuda-sm90a" in out and "1 failed" in out
+
+
+def test_precompile_without_tilelang(capsys, monkeypatch) -> None:
+    from mate import _env
+
+    real = _env.tilelang_config
+    monkeypatch.setattr(_env, "tilelang_config", lambda: {**real(), "installed": False})
+    code, out = _run(capsys, "precompile", "--family", "mqa_decode")
+    assert code == 1 and "TileLang is not installed" in out and "nothing compiled" in out
+
+
+def test_precompile_rejects_bad_options(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["precompile", "--dtype", "float32"])
+    assert info.value.code == 2 and "invalid choice: 'float32'" in capsys.readouterr().err
+    code, out = _run(capsys, "precompile", "--list", "--group", "20")
+    assert code == 2 and "--group" in out and "1..16" in out

@@ -1,9 +1,11 @@
-"""The ``mate`` console command: ``check``, ``show-config`` and ``demo``."""
+"""The ``mate`` console command: ``check``, ``show-config``, ``precompile`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from collections.abc import Sequence
 
 from . import _env
@@ -76,6 +78,51 @@ def _show_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_profile() -> str:
+    """The compile profile of the first supported device here, else the verified sm_90a one."""
+    from mate_core.arch import native_target_for
+    from mate_kernels_musa.target import profile_for
+
+    device = _env.supported_device()
+    return profile_for(native_target_for(device)).name if device else "cuda-sm90a"
+
+
+def _precompile(args: argparse.Namespace) -> int:
+    from mate_kernels_musa import precompile as pc
+
+    out = Printer()
+    bad_group = [g for g in args.group or () if not 1 <= g <= 16]
+    if bad_group:
+        out.line(f"error: --group takes Q heads per KV head in 1..16, got {bad_group[0]}")
+        return 2
+    if args.jobs < 1:
+        out.line(f"error: --jobs takes a positive number of worker processes, got {args.jobs}")
+        return 2
+    specs = pc.launcher_specializations(args.dtype or pc.DTYPES, args.group or (12,), args.family or pc.FAMILIES)
+    profile = args.target or _default_profile()
+    if args.list:
+        out.table(f"{len(specs)} specializations", ("family", "kernel"), [(s.family, s.label) for s in specs])
+        return 0
+    config = _env.tilelang_config()
+    if not config["installed"]:
+        out.line("error: TileLang is not installed (pip install 'tilelang==0.1.15'); nothing compiled")
+        return 1
+    out.line(f"compiling {len(specs)} specializations for {profile} with {args.jobs} jobs into {config['cache_dir']}")
+    start = time.perf_counter()
+
+    def report(result: pc.Result) -> None:
+        status = "ok" if result.error is None else f"FAILED: {result.error}"
+        out.line(f"{result.seconds:7.1f}s {result.spec.label} {status}")
+
+    results = pc.precompile(specs, profile, args.jobs, report)
+    failed = [r for r in results if r.error is not None]
+    out.line(
+        f"compiled {len(results) - len(failed)} of {len(results)} specializations for {profile} "
+        f"in {time.perf_counter() - start:.0f} s" + (f"; {len(failed)} failed" if failed else "")
+    )
+    return 1 if failed else 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo  # imports the compute stack only when needed
 
@@ -99,6 +146,26 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show-config", help="package versions, native target table, TileLang cache and env vars")
     show.add_argument("--json", action="store_true", help="print machine-readable JSON")
     show.set_defaults(func=_show_config)
+
+    pre = sub.add_parser(
+        "precompile",
+        help="compile the native kernels ahead of time into TileLang's cache (no GPU needed)",
+        description="Compiles the kernel specializations the native launchers use (MQA score and decode, "
+        "sparse attention with its merge and union-path kernels) into TileLang's on-disk cache, in "
+        "parallel, so that the first native calls of a process do not wait for the compiler. Rare "
+        "variants still compile on first use.",
+    )
+    pre.add_argument("--target", choices=("cuda-sm90a", "musa-mp31"), help="default: this machine's supported "
+                     "device, else cuda-sm90a")  # fmt: skip
+    pre.add_argument("--dtype", action="append", choices=("bfloat16", "float16"), help="repeatable (default: both)")
+    pre.add_argument("--group", action="append", type=int, help="Q heads per KV head of the sparse-attention calls, "
+                     "repeatable (default: 12, QSA's 24 / 2)")  # fmt: skip
+    pre.add_argument("--family", action="append", choices=("mqa_score", "mqa_decode", "sparse_paged", "sparse_merge",
+                     "sparse_union"), help="kernel family, repeatable (default: all)")  # fmt: skip
+    pre.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="worker processes (default: "
+                     "min(8, CPUs))")  # fmt: skip
+    pre.add_argument("--list", action="store_true", help="list the specializations and exit")
+    pre.set_defaults(func=_precompile)
 
     demo = sub.add_parser(
         "demo",
