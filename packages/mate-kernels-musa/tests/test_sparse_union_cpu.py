@@ -116,3 +116,12 @@ def test_union_kernels_compile(spec) -> None:
         assert "cp_async_gs_conditional<16>" in src
     if factory.__name__ == "sparse_union_fused_kernel":  # the 9 phase barriers it places itself, no planner's
         assert src.count("__syncthreads()") == 9
+
+
+def test_fused_prep_pass_configs_per_toolchain() -> None:
+    """The prep's own barrier placement (the sync planner off) is passed to the CUDA profile only."""
+    from mate_kernels_musa._build import pass_configs
+    from mate_kernels_musa.sparse_union_fused_kernel import sparse_union_fused_kernel
+
+    assert pass_configs(sparse_union_fused_kernel, "cuda-sm90a") == {"tl.disable_thread_storage_sync": True}
+    assert "tl.disable_thread_storage_sync" not in pass_configs(sparse_union_fused_kernel, "musa-mp31")

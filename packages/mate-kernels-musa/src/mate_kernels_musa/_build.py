@@ -3,7 +3,8 @@
 A kernel module defines a factory whose arguments are the compile-time
 constants (head geometry, dtype, tile sizes) and which returns a TileLang
 ``prim_func`` with dynamic runtime sizes; a ``pass_configs`` attribute on the factory adds
-TileLang pass configs for its kernels. :func:`build` compiles one
+TileLang pass configs for its kernels, per device type of the profile (``{"cuda": {...}}``):
+a config verified on one toolchain is not passed to another. :func:`build` compiles one
 specialization for one target profile and caches it for the process;
 TileLang's on-disk cache (``TILELANG_CACHE_DIR``) persists it across processes.
 """
@@ -31,6 +32,13 @@ def profile_name(device: torch.device) -> str:
     return profile_for(native_target_for(device)).name
 
 
+def pass_configs(factory: Callable[..., Any], profile: str) -> dict[str, Any]:
+    """TileLang pass configs of ``factory``'s kernels for the named profile: the profile's own,
+    then the factory's for the profile's device type (a kernel that places every barrier itself)."""
+    prof = profile_named(profile)
+    return {**dict(prof.pass_configs), **getattr(factory, "pass_configs", {}).get(prof.device_type, {})}
+
+
 @functools.cache
 def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     """Compile ``factory(*consts)`` for the named target profile (cached)."""
@@ -38,8 +46,7 @@ def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
 
     prof = profile_named(profile)
     func = factory(*consts)
-    # A factory may carry its own pass configs (a kernel that places every barrier itself).
-    configs = {**dict(prof.pass_configs), **getattr(factory, "pass_configs", {})}
+    configs = pass_configs(factory, profile)
     return tilelang.compile(
         func,
         target=prof.tvm_target(),

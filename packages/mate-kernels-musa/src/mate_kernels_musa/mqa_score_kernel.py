@@ -87,7 +87,15 @@ help either: the dense prefill call (229 us, 537 MB of scores) and a 537 MB ``fi
 (118 us) forked on two streams in one graph took 343 us, their sum (session 8, one lease,
 three rounds; the causal call alone 355-357 there). Why they do not overlap is not
 established (two CTAs of 128 threads at 233 registers leave ~6 K registers per SM, room for
-a small fill CTA; the fill may simply take the SMs first, as it is launched first).
+a small fill CTA; the fill may simply take the SMs first, as it is launched first). Session 9
+(same probe shapes, one lease, two rounds, us; the dense call 232.8 / 233.5 alone, the fill
+117.9 / 118.3, the causal call 355.7 / 356.1): with the score kernel issued first and the
+fill's branch forked before it, torch's ``fill_`` still sums (349.2 / 348.2 on a high-priority
+side stream, 345.3 / 345.3 at normal priority), and a persistent Triton fill of small CTAs
+that fit beside two score CTAs per SM (64 or 128 threads, 132 to 528 CTAs; 124-129 alone)
+made the pair far slower: 611-752 on a high-priority stream, 717-1230 at normal priority. A
+fill beside this kernel does not overlap it on the H200; the ``-inf`` writes would have to
+move into the kernel's own warps (warp specialization).
 
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging

@@ -51,6 +51,14 @@ the first chunk's slot resolution 0.9-1.2 with one 32-slot block, 3.0 with 16 bl
 epilogue 2.7-4.6 writing partials, 7.5-7.7 through the direct epilogue with a gate (decode
 64 x 4). On decode 64 x 1 (4 splits) the gather loop took 58-61 of the CTAs' ~78 us.
 
+Grid order (H200, session 9, same process, three interleaved rounds, paged kernel alone, us):
+the grid runs the rows fastest for one KV head, then the next head. Putting the heads of a
+row side by side (x = row * Hkv + head, so the two 512-byte halves of a token's K/V row are
+read at about the same time) was no better: uniform prefill 3521 / 3560 / 4307 against
+3107 / 3336 / 3337, 90%-overlap prefill 2950 / 2931 / 2931 against 2948 / 2913 / 2902, decode
+64 x 1 81.2 / 81.1 / 81.2 against 81.4 / 81.3 / 81.5, 64 x 4 268.9 / 268.2 / 268.6 against
+267.8 / 269.0 / 268.7. Not kept.
+
 Masking follows ``semantics.md``. The row's request and last usable token id
 ``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
 iff ``0 <= t <= lim`` and its page ``block_table[req, t // page_size]`` is in
