@@ -11,6 +11,12 @@ gate [rows, Hq] and LSE on, flattened queries with ``cu_seqlens_q`` + ``seq_lens
   tail per row, each row replacing ~10% of its predecessor's blocks (~90% neighbour
   overlap);
 * ``prefill_uniform``: the same with independent uniform random blocks per row.
+* ``prefill_mixed`` (not an issue shape; no target): what a chunked-prefill engine sends, one
+  request's 2048-row prefill chunk (positions 129024..131071, ~90% neighbour overlap) followed
+  by 512 one-row decode requests (independent selections), every request over a 131072-token
+  context whose pages are drawn at random from a shared pool of 16384 pages (the issue shapes'
+  one-owner-per-page layout would need 137 GB). FlexAttention is not run on it (its setup
+  here builds a contiguous cache per request).
 
 The prefill cases are one request of 4096 rows, so the native call takes the row-group union
 path (``mate_kernels_musa.sparse_union``, the default for prefill chunks); their rows also
@@ -59,6 +65,8 @@ SCALE = 1.0 / math.sqrt(D)
 TARGETS = {"decode_64x1": 1.2, "decode_64x4": 1.1, "prefill_overlap": 0.45, "prefill_uniform": 0.6}
 DESIGN_COPY_TBPS = 4.27  # QSA-DESIGN.md section 4 (also reported: the floor at the copy rate measured now)
 PUBLIC_US = {"decode_64x1": 93.0, "decode_64x4": 322.0, "prefill_overlap": 2360.0, "prefill_uniform": 2840.0}
+CASES = (*TARGETS, "prefill_mixed")  # the issue shapes, then a mixed batch (no target)
+MIXED_CHUNK, MIXED_DECODE, MIXED_POOL = 2048, 512, 16384
 
 
 def _selection(pos: torch.Tensor, gen: torch.Generator, overlap: bool) -> torch.Tensor:
@@ -84,10 +92,22 @@ def _selection(pos: torch.Tensor, gen: torch.Generator, overlap: bool) -> torch.
     return torch.cat([ids, tail], dim=1).to(torch.int32)
 
 
+def _mixed_inputs(gen: torch.Generator) -> tuple[list[int], torch.Tensor, torch.Tensor, int]:
+    """(rows per request, selections, block table, pages) of ``prefill_mixed``."""
+    chunk = CTX - MIXED_CHUNK + torch.arange(MIXED_CHUNK)
+    decode = torch.full((MIXED_DECODE,), CTX - 1)
+    sel = torch.cat([_selection(chunk, gen, overlap=True), _selection(decode, gen, overlap=False)])
+    table = torch.randint(0, MIXED_POOL, (1 + MIXED_DECODE, CTX // PAGE), generator=gen, dtype=torch.int32)
+    return [MIXED_CHUNK] + [1] * MIXED_DECODE, sel, table, MIXED_POOL
+
+
 def make_inputs(name: str, seed: int = 0) -> dict[str, Any]:
     """Keyword arguments of ``qsa_sparse_attention`` for one benchmark shape, on the GPU."""
     gen = torch.Generator().manual_seed(seed)
-    if name.startswith("decode"):
+    if name == "prefill_mixed":
+        per_req, sel, table, pages = _mixed_inputs(gen)
+        n_req, seq_k = len(per_req), CTX
+    elif name.startswith("decode"):
         n_req, per = 64, (1 if name.endswith("x1") else 4)
         seq_k = CTX - 1
         pos = torch.cat([seq_k - per + torch.arange(per) for _ in range(n_req)])
@@ -96,17 +116,20 @@ def make_inputs(name: str, seed: int = 0) -> dict[str, Any]:
         n_req, per, seq_k = 1, 4096, CTX
         pos = seq_k - per + torch.arange(per)
         sel = _selection(pos, gen, overlap=name.endswith("overlap"))
-    max_pages = CTX // PAGE
-    pages = n_req * max_pages
+    if name != "prefill_mixed":
+        per_req = [per] * n_req
+        pages = n_req * (CTX // PAGE)
+        table = torch.randperm(pages, generator=gen).view(n_req, CTX // PAGE).to(torch.int32)
     dev = "cuda"
-    table = torch.randperm(pages, generator=gen).view(n_req, max_pages).to(torch.int32)
-    rows = n_req * per
+    rows = sum(per_req)
+    cu = torch.zeros(n_req + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(torch.tensor(per_req), 0)
     return {
         "query": torch.randn(rows, HQ, D, device=dev, dtype=torch.bfloat16),
         "key": torch.randn(pages, PAGE, HKV, D, device=dev, dtype=torch.bfloat16),
         "value": torch.randn(pages, PAGE, HKV, D, device=dev, dtype=torch.bfloat16),
         "token_indices": sel.to(dev),
-        "cu_seqlens_q": (torch.arange(n_req + 1) * per).to(torch.int32).to(dev),
+        "cu_seqlens_q": cu.to(dev),
         "seq_lens_k": torch.full((n_req,), seq_k, dtype=torch.int32, device=dev),
         "block_table": table.to(dev),
         "gate": torch.randn(rows, HQ, device=dev, dtype=torch.bfloat16),
@@ -268,7 +291,7 @@ def _timed_row(name: str, kw: dict[str, Any], ids: str, sched, native: dict[str,
         "ratio_to_floor": native["median_us"] / floor,
         "floor_us_at_4.27TBps": floor_design,
         "ratio_to_floor_at_4.27TBps": native["median_us"] / floor_design,
-        "target_ratio": TARGETS[name.removesuffix("_physical")],
+        "target_ratio": TARGETS.get(name.removesuffix("_physical")),
     }
 
 
@@ -313,13 +336,15 @@ def bench_case(name: str, ceil: dict[str, float], quick: bool, flex: bool, sweep
     row: dict[str, Any] = {
         **_timed_row(name, kw, "token_indices", schedule_for(plan), native, ceil),
         "native_write_flush_us": native_wf["median_us"],
-        "public_best_us": PUBLIC_US[name],
+        "public_best_us": PUBLIC_US.get(name),
         "torch_us": torch_t["median_us"],
         "speedup_vs_torch": torch_t["median_us"] / native["median_us"],
         "rel_l2_vs_torch": err,
         "lse_err_vs_torch": lse_err,
     }
-    if flex:
+    if flex and name == "prefill_mixed":
+        row["flex_note"] = "FlexAttention not run: its setup here copies each request's whole context (68 GB)"
+    elif flex:
         try:
             fn = _flex_setup(kw)
             f_out, _ = fn()
@@ -350,7 +375,7 @@ def run(quick: bool = False, flex: bool = True, sweep: bool = True, names: list[
     """
     ceil = ceil or measure_ceilings()
     results: list[dict[str, Any]] = [{"name": "ceilings", **ceil, "env": env_info()}]
-    for name in names or list(TARGETS):
+    for name in names or list(CASES):
         row = bench_case(name, ceil, quick, flex, sweep, physical)
         results.append(row)
         if "physical_row" in row:

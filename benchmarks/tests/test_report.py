@@ -63,3 +63,23 @@ def test_decode_inputs_match_the_torch_path_shapes() -> None:
     assert sorted(table.flatten().tolist()) == list(range(32)) and lens.tolist() == [256, 256]
     scores = bench_mqa._decode_torch(q, k_cache, table, lens)
     assert scores.shape == (2, 256) and bool(scores.isfinite().all())
+
+
+def test_mixed_case_inputs() -> None:
+    """``prefill_mixed``: one 2048-row chunk then 512 one-row decode requests, valid selections and pool pages."""
+    import torch
+
+    from benchmarks import bench_sparse as b
+
+    per_req, sel, table, pages = b._mixed_inputs(torch.Generator().manual_seed(0))
+    assert per_req == [b.MIXED_CHUNK] + [1] * b.MIXED_DECODE and "prefill_mixed" in b.CASES
+    assert sel.shape == (b.MIXED_CHUNK + b.MIXED_DECODE, b.WIDTH) and sel.dtype == torch.int32
+    pos = torch.cat([b.CTX - b.MIXED_CHUNK + torch.arange(b.MIXED_CHUNK), torch.full((b.MIXED_DECODE,), b.CTX - 1)])
+    assert bool((sel <= pos[:, None]).all()) and int((sel >= 0).sum(1).min()) >= 4 * b.BLOCKS
+    assert table.shape == (1 + b.MIXED_DECODE, b.CTX // b.PAGE) and pages == b.MIXED_POOL
+    assert 0 <= int(table.min()) and int(table.max()) < pages
+    # The chunk's neighbouring rows share most of their blocks; decode rows do not.
+    def shared(a, c):
+        return len(set(a.tolist()) & set(c.tolist())) / b.WIDTH
+
+    assert shared(sel[0], sel[1]) > 0.8 and shared(sel[-1], sel[-2]) < 0.2
