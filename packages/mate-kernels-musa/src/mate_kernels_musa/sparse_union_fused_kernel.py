@@ -130,6 +130,18 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             end = off[0, (b + 1) // NBC] + cnt[(b + 1) // NBC, (b + 1) % NBC]
         return x, b, beg, end - beg
 
+    @T.macro
+    def scan(counts, off, j, tx):
+        """Per-bucket ``counts`` -> their inclusive scan along each row; ``off[j]`` the row offsets
+        (thread 0 only; the caller's barrier publishes them)."""
+        T.sync_threads()
+        T.cumsum(src=counts, dim=1)
+        T.sync_threads()
+        if tx == 0:
+            off[j, 0] = 0
+            for r in T.serial(NBR):
+                off[j, r + 1] = off[j, r] + counts[r, NBC - 1]
+
     @T.prim_func
     def main(
         TI: T.StridedTensor([rows, n_tok], st, "int32"),
@@ -198,13 +210,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                         xl[i * KP + k] = x
                         if x >= 0:
                             T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
-                T.sync_threads()
-                T.cumsum(src=cnt, dim=1)
-                T.sync_threads()
-                if tx == 0:
-                    off[0, 0] = 0
-                    for r in T.serial(NBR):
-                        off[0, r + 1] = off[0, r] + cnt[r, NBC - 1]
+                scan(cnt, off, 0, tx)
                 T.sync_threads()
                 n_valid = off[0, NBR]
                 for i in T.unroll(R):  # unrolled: xl stays in registers
@@ -233,13 +239,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                         if first != 0:
                             sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
                             T.atomic_add(dist[b // NBC, b % NBC], 1)
-                T.sync_threads()
-                T.cumsum(src=dist, dim=1)
-                T.sync_threads()
+                scan(dist, off, 1, tx)
                 if tx == 0:
-                    off[1, 0] = 0
-                    for r in T.serial(NBR):
-                        off[1, r + 1] = off[1, r] + dist[r, NBC - 1]
                     NU[g] = off[1, NBR]
                 T.sync_threads()
                 # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
