@@ -19,6 +19,12 @@ whole decode calls 1 x 1 22.9-23.3 against 20.4-20.6 and 8 x 1 30.1-30.9 against
 Spreading the splits over threads (one load latency for the LSE max) and the features over
 more SMs serves the latency-bound small batches better.
 
+Not kept (H200, session 9, same process, three interleaved rounds, us): the first 8 splits'
+partials loaded into registers right after the grid-dependency wait, beside the LSEs (one L2
+round trip instead of two), with the paged kernel unchanged: decode 64 x 1 84.0 / 84.3 / 84.3
+against 82.0 / 82.4 / 82.2, 8 x 1 27.5 / 27.4 / 27.4 against 26.1 / 26.2 / 26.0, 1 x 1 21.2
+against 20.5, 32 x 1 unchanged (results bitwise identical).
+
 Not kept either (H200, session 9, branch ``next/cluster-merge``, CUDA-graph medians after a
 read flush, three interleaved rounds, us): no merge kernel, the ``S`` splits of a (row, KV
 head) launched as one thread-block cluster (``cluster_dims = (1, 1, S)``), each CTA pushing

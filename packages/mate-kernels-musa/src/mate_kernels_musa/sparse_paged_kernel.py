@@ -30,6 +30,14 @@ their results are never stored), so their loads issue together.
   271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 / 3031;
   uniform prefill 3425 / 3436 against 3409 / 3456.
 
+Early Q loads (H200, session 9, same process, three interleaved rounds, us; not kept): the
+eager path loading each thread's 32 Q elements into registers first (before the token ids)
+and storing them to shared memory after the first chunk's resolution, so that the Q latency
+overlaps the metadata chain instead of preceding the page loads: decode 64 x 1 83.7 / 83.6 /
+83.5 against 82.0 / 82.4 / 82.2, 64 x 4 271.7 / 272.0 / 269.3 against 267.4 / 268.1 / 267.3,
+32 x 1 51.7 against 50.3, 8 x 1 27.0 against 26.1, 1 x 1 19.9-20.1 against 20.5-20.6, and the
+90%-overlap prefill (paged kernel alone) 2994 against 2902-2924 (results bitwise identical).
+
 Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
 us). The eager path reads every slot's page before applying the slot rule, with the column
 clamped into the table, instead of only for used slots: the load then waits for the row's
