@@ -35,7 +35,7 @@ and 3105 / 3103 instead of 3088 / 3081 with 90% overlap; sorting the ``[4096, 20
 with ``torch.sort`` costs 412 us, so the launcher keeps the caller's order. Session 9 (same
 process, three interleaved rounds, us): uniform blocks sorted per row by logical id 2930 /
 2982 / 3134 and by physical cache row 2932 / 2977 / 2957 against 3180 / 3193 / 3250 as given
-(paged kernel alone), 3080-3127 against 3285-3593 through the default union path; 90% overlap
+(paged kernel alone), 3078-3127 against 3285-3593 through the default union path; 90% overlap
 unchanged (2925-2927 alone, 1649-1651 by default). The union prep already buckets every
 row's slots; with a monotone bucket function it could emit each paged-kernel row's slots in
 physical order (as validated physical ids for the paged kernel's ``PHYSICAL`` row mode over an
