@@ -3,14 +3,19 @@
 Importing this package does not import TileLang; kernels are compiled lazily
 on first use, per specialization, after mate_core's architecture gate has
 passed. The four backend functions take a validated plan from ``mate_core`` and
-write its output buffers; they never validate again.
+write its output buffers; they never validate again. Each runs with the plan's device
+made current (as a torch op does): TileLang launches on the current device and its stream,
+so a call on ``cuda:1`` from a process whose current device is ``cuda:0`` runs there too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from typing import Any
+
+import torch
 
 from mate_core.errors import BackendUnavailableError
 
@@ -50,21 +55,36 @@ def _launcher(module: str, name: str) -> Any:
     return getattr(mod, name)
 
 
+def _on_device(device: torch.device) -> Any:
+    """Make ``device`` current for the duration (its module's device guard; nothing on the CPU)."""
+    module = getattr(torch, device.type, None)
+    guard = getattr(module, "device", None) if device.type != "cpu" else None
+    return guard(device) if guard is not None else contextlib.nullcontext()
+
+
 def indexer_score(plan: Any) -> None:
     """Native ``qsa_indexer_mqa_score`` on a validated :class:`mate_core.IndexerScorePlan`."""
-    _launcher("mqa_launch", "indexer_score")(plan)
+    launch = _launcher("mqa_launch", "indexer_score")
+    with _on_device(plan.result.device):
+        launch(plan)
 
 
 def mqa_prefill(plan: Any) -> None:
     """Native ``qsa_mqa_prefill`` on a validated :class:`mate_core.MQAPrefillPlan`."""
-    _launcher("mqa_launch", "mqa_prefill")(plan)
+    launch = _launcher("mqa_launch", "mqa_prefill")
+    with _on_device(plan.out.device):
+        launch(plan)
 
 
 def mqa_decode(plan: Any) -> None:
     """Native ``qsa_mqa_decode`` on a validated :class:`mate_core.MQADecodePlan`."""
-    _launcher("mqa_launch", "mqa_decode")(plan)
+    launch = _launcher("mqa_launch", "mqa_decode")
+    with _on_device(plan.out.device):
+        launch(plan)
 
 
 def sparse_attention(plan: Any) -> None:
     """Native ``qsa_sparse_attention`` on a validated :class:`mate_core.SparseAttentionPlan`."""
-    _launcher("sparse_launch", "sparse_attention")(plan)
+    launch = _launcher("sparse_launch", "sparse_attention")
+    with _on_device(plan.out.device):
+        launch(plan)
