@@ -106,22 +106,22 @@ def make_inputs(name: str, seed: int = 0) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(seed)
     if name == "prefill_mixed":
         per_req, sel, table, pages = _mixed_inputs(gen)
-        n_req, seq_k = len(per_req), CTX
-    elif name.startswith("decode"):
-        n_req, per = 64, (1 if name.endswith("x1") else 4)
-        seq_k = CTX - 1
-        pos = torch.cat([seq_k - per + torch.arange(per) for _ in range(n_req)])
-        sel = _selection(pos, gen, overlap=False)
+        seq_k = CTX
     else:
-        n_req, per, seq_k = 1, 4096, CTX
-        pos = seq_k - per + torch.arange(per)
-        sel = _selection(pos, gen, overlap=name.endswith("overlap"))
-    if name != "prefill_mixed":
+        if name.startswith("decode"):
+            n_req, per = 64, (1 if name.endswith("x1") else 4)
+            seq_k = CTX - 1
+            pos = torch.cat([seq_k - per + torch.arange(per) for _ in range(n_req)])
+            sel = _selection(pos, gen, overlap=False)
+        else:
+            n_req, per, seq_k = 1, 4096, CTX
+            pos = seq_k - per + torch.arange(per)
+            sel = _selection(pos, gen, overlap=name.endswith("overlap"))
         per_req = [per] * n_req
-        pages = n_req * (CTX // PAGE)
+        pages = n_req * (CTX // PAGE)  # each request owns its pages, shuffled
         table = torch.randperm(pages, generator=gen).view(n_req, CTX // PAGE).to(torch.int32)
     dev = "cuda"
-    rows = sum(per_req)
+    n_req, rows = len(per_req), sum(per_req)
     cu = torch.zeros(n_req + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(per_req), 0)
     return {

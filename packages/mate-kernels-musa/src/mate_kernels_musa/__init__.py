@@ -62,29 +62,27 @@ def _on_device(device: torch.device) -> Any:
     return guard(device) if guard is not None else contextlib.nullcontext()
 
 
+def _native(module: str, name: str, plan: Any, out: torch.Tensor) -> None:
+    launch = _launcher(module, name)
+    with _on_device(out.device):
+        launch(plan)
+
+
 def indexer_score(plan: Any) -> None:
     """Native ``qsa_indexer_mqa_score`` on a validated :class:`mate_core.IndexerScorePlan`."""
-    launch = _launcher("mqa_launch", "indexer_score")
-    with _on_device(plan.result.device):
-        launch(plan)
+    _native("mqa_launch", "indexer_score", plan, plan.result)
 
 
 def mqa_prefill(plan: Any) -> None:
     """Native ``qsa_mqa_prefill`` on a validated :class:`mate_core.MQAPrefillPlan`."""
-    launch = _launcher("mqa_launch", "mqa_prefill")
-    with _on_device(plan.out.device):
-        launch(plan)
+    _native("mqa_launch", "mqa_prefill", plan, plan.out)
 
 
 def mqa_decode(plan: Any) -> None:
     """Native ``qsa_mqa_decode`` on a validated :class:`mate_core.MQADecodePlan`."""
-    launch = _launcher("mqa_launch", "mqa_decode")
-    with _on_device(plan.out.device):
-        launch(plan)
+    _native("mqa_launch", "mqa_decode", plan, plan.out)
 
 
 def sparse_attention(plan: Any) -> None:
     """Native ``qsa_sparse_attention`` on a validated :class:`mate_core.SparseAttentionPlan`."""
-    launch = _launcher("sparse_launch", "sparse_attention")
-    with _on_device(plan.out.device):
-        launch(plan)
+    _native("sparse_launch", "sparse_attention", plan, plan.out)

@@ -14,11 +14,12 @@ from typing import Any
 import torch
 
 from mate_core.plans import IndexerScorePlan, MQADecodePlan, MQAPrefillPlan
+from mate_core.validate_mqa import NATIVE_DECODE_PAGE_SIZES
 
 from . import mqa_decode_kernel, mqa_score_kernel
 from ._build import build, profile_name
 
-__all__ = ["indexer_score", "mqa_prefill", "mqa_decode"]
+__all__ = ["indexer_score", "mqa_prefill", "mqa_decode", "score_consts", "decode_consts", "specializations"]
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 VEC_ELEMS = 8  # 16 bytes of BF16/FP16
@@ -26,6 +27,36 @@ VEC_ELEMS = 8  # 16 bytes of BF16/FP16
 
 def _kernel(factory: Any, device: torch.device, *consts: Any) -> Any:
     return build(factory, profile_name(device), *consts)
+
+
+def score_consts(
+    dtype: str,
+    tma_out: bool,
+    tiles: tuple[int, int, int, int] | None = None,
+    schedule: mqa_score_kernel.Schedule | None = None,
+) -> tuple[Any, ...]:
+    """Compile-time arguments of ``score_kernel``: the default tiles and schedule of the store path
+    unless given (keys-on-M schedules only for bulk stores)."""
+    if tiles is None:
+        tiles = mqa_score_kernel.default_tiles(tma_out)
+    if schedule is None:
+        schedule = mqa_score_kernel.default_schedule(tma_out)
+    if not tma_out and schedule.keys_on_m:
+        schedule = mqa_score_kernel.Schedule()  # keys-on-M stages only for bulk stores
+    return (dtype, *tiles, tma_out, *schedule)
+
+
+def decode_consts(dtype: str, page_size: int, k_vec: bool, block_keys: int = mqa_decode_kernel.BLOCK_KEYS) -> tuple[Any, ...]:
+    """Compile-time arguments of ``decode_kernel``."""
+    return (dtype, page_size, k_vec, block_keys)
+
+
+def specializations(dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> list[tuple[Any, tuple[Any, ...]]]:
+    """``(factory, consts)`` of the default MQA kernels: the score kernel for both store paths and the
+    decode kernel for every native page size on the 16-byte-load path."""
+    score = [(mqa_score_kernel.score_kernel, score_consts(d, tma)) for d in dtypes for tma in (True, False)]
+    decode = [(mqa_decode_kernel.decode_kernel, decode_consts(d, ps, True)) for d in dtypes for ps in NATIVE_DECODE_PAGE_SIZES]
+    return score + decode
 
 
 def strides8(t: torch.Tensor) -> list[int]:
@@ -64,13 +95,8 @@ def launch_score(
         return
     # Bulk tensor (TMA) stores need 16-byte row pitches: nk % 4 == 0 (out is contiguous).
     tma_out = out.shape[2] % 4 == 0 and out.data_ptr() % 16 == 0
-    if tiles is None:
-        tiles = mqa_score_kernel.default_tiles(tma_out)
-    if schedule is None:
-        schedule = mqa_score_kernel.default_schedule(tma_out)
-    if not tma_out and schedule.keys_on_m:
-        schedule = mqa_score_kernel.Schedule()  # keys-on-M stages only for bulk stores
-    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, _DTYPES[q.dtype], *tiles, tma_out, *schedule)
+    consts = score_consts(_DTYPES[q.dtype], tma_out, tiles, schedule)
+    kernel = _kernel(mqa_score_kernel.score_kernel, q.device, *consts)
     kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), float(scale))
 
 
@@ -124,7 +150,7 @@ def mqa_decode(plan: MQADecodePlan, block_keys: int = mqa_decode_kernel.BLOCK_KE
         out.fill_(float("-inf"))
         return
     k_vec = vector_ok(cache)
-    consts = (_DTYPES[cache.dtype], plan.page_size, k_vec, block_keys)
+    consts = decode_consts(_DTYPES[cache.dtype], plan.page_size, k_vec, block_keys)
     kernel = _kernel(mqa_decode_kernel.decode_kernel, out.device, *consts)
     k_s8 = strides8(cache) if k_vec else [0, 0]
     kernel(plan.q, cache, table, plan.context_lens, out, *k_s8, float(plan.scale))

@@ -24,10 +24,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Any, NamedTuple
 
+from mate_core.validate_mqa import NATIVE_DECODE_PAGE_SIZES
+
 __all__ = ["FAMILIES", "Spec", "Result", "launcher_specializations", "precompile"]
 
 DTYPES = ("bfloat16", "float16")
-MQA_PAGE_SIZES = (8, 16, 32, 64)
+MQA_PAGE_SIZES = NATIVE_DECODE_PAGE_SIZES  # the MQA decode kernel's native page sizes (mate_core)
 
 
 class Spec(NamedTuple):
@@ -49,18 +51,10 @@ class Result(NamedTuple):
 
 
 def _mqa(dtypes: Iterable[str]) -> list[Spec]:
-    from . import mqa_decode_kernel, mqa_score_kernel
+    from .mqa_launch import specializations
 
-    score = [
-        Spec("mqa_score", mqa_score_kernel.score_kernel,
-             (d, *mqa_score_kernel.default_tiles(tma), tma, *mqa_score_kernel.default_schedule(tma)))
-        for d in dtypes for tma in (True, False)
-    ]  # fmt: skip
-    decode = [
-        Spec("mqa_decode", mqa_decode_kernel.decode_kernel, (d, ps, True, mqa_decode_kernel.BLOCK_KEYS))
-        for d in dtypes for ps in MQA_PAGE_SIZES
-    ]  # fmt: skip
-    return score + decode
+    family = {"score_kernel": "mqa_score", "decode_kernel": "mqa_decode"}
+    return [Spec(family[f.__name__], f, c) for f, c in specializations(tuple(dtypes))]
 
 
 def _sparse(dtypes: Iterable[str], groups: Iterable[int]) -> list[Spec]:
