@@ -6,9 +6,21 @@ and is checked against the FP32 reference on ``cuda:1``; the current device is u
 afterwards. CUDA-graph capture on ``cuda:1`` works for kernels first launched there and
 raises for kernels first launched on ``cuda:0`` (``_build.NativeKernel``: such a capture
 would record nothing).
+
+A kernel's first launch fixes its device for the rest of the process, so every test here runs
+in a process of its own: the eager tests in a child pytest run started by
+:func:`test_cuda1_tests_in_own_process` (in the parent run they are skipped), the capture tests
+in a ``python -c`` child each. Run in the parent, they would pin the kernels to ``cuda:1`` and
+make the CUDA-graph tests of the other files raise (seen on an H200 x2: 6 failures).
 """
 
 from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
@@ -23,6 +35,12 @@ pytestmark = [
 ]
 
 OTHER = torch.device("cuda:1")
+CHILD_ENV = "MATE_TEST_CUDA1_CHILD"
+IN_CHILD = os.environ.get(CHILD_ENV) == "1"
+in_child = pytest.mark.skipif(
+    torch.cuda.device_count() >= 2 and not IN_CHILD,
+    reason="runs in a child process started by test_cuda1_tests_in_own_process",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +48,34 @@ def _current_is_cuda0():
     torch.cuda.set_device(0)
     yield
     assert torch.cuda.current_device() == 0, "a native call changed the current device"
+
+
+@pytest.mark.skipif(IN_CHILD, reason="this is the child run")
+def test_cuda1_tests_in_own_process() -> None:
+    """Runs this file's ``in_child`` tests in a fresh pytest process and requires all of them to pass."""
+    expected = 5  # test_mqa_entry_points_on_cuda1, 3 x test_sparse_attention_on_cuda1, the union path
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            "-k",
+            "not own_process and not graph_capture",
+            __file__,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, CHILD_ENV: "1"},
+    )
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(rf"\b{expected} passed\b", summary) and "skipped" not in summary, summary
 
 
 def _scores_match(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -53,6 +99,7 @@ def _both(plan_fn, name: str, *args, **kwargs) -> None:
     _scores_match(out, ref.result if hasattr(ref, "result") else ref.out)
 
 
+@in_child
 def test_mqa_entry_points_on_cuda1(gen: torch.Generator) -> None:
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen).to(torch.bfloat16).to(OTHER)
@@ -67,6 +114,7 @@ def test_mqa_entry_points_on_cuda1(gen: torch.Generator) -> None:
     _both(plan_mqa_decode, "mqa_decode", randn(4, 4, 128), randn(24, 32, 1, 128), table, lens, 160)
 
 
+@in_child
 @pytest.mark.parametrize("num_splits", [None, 1, 7])
 def test_sparse_attention_on_cuda1(num_splits, gen: torch.Generator) -> None:
     case = checks.cases.random_case(gen, max_rows=64, max_width=300, num_splits=num_splits).to(OTHER)
@@ -75,6 +123,7 @@ def test_sparse_attention_on_cuda1(num_splits, gen: torch.Generator) -> None:
     checks.check(plan, ref, case)
 
 
+@in_child
 def test_sparse_union_path_on_cuda1(gen: torch.Generator) -> None:
     """The prefill schedule with its union prep, union and finalize kernels, on cuda:1."""
     case, _ = checks.cases.mixed_batch(gen, 300, 203)
@@ -113,15 +162,12 @@ print("REPLAYED", bool(torch.equal(plan.out, want)))
 """
 
 
+@pytest.mark.skipif(IN_CHILD, reason="runs in its own python -c process")
 @pytest.mark.parametrize("first", ["cuda:0", "cuda:1"])
 def test_graph_capture_on_cuda1(first: str) -> None:
     """Kernels first launched on cuda:1 capture there and replay the same output; kernels first launched
     on cuda:0 raise a RuntimeError at capture on cuda:1 (the capture would record nothing). Each case
     runs in a fresh process (the first launch is per process)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = _CAPTURE.format(tests=str(Path(__file__).parent), first=first)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
