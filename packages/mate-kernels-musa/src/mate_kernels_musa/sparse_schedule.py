@@ -42,6 +42,48 @@ physical order (as validated physical ids for the paged kernel's ``PHYSICAL`` ro
 identity block table). Not built: rows the prep leaves unmeasured (decode rows of a mixed
 batch) would need the same, and the kernel runs one row mode per call.
 
+What bounds the uniform prefill (H200, session 10, CUDA-graph medians after a read flush,
+paged kernel alone, same process, us). Memory misses do not:
+
+* The same call with the block table folded into 256 pages, so all K/V reads come from a
+  16 MiB pool that stays in L2, took 2905-2929. As given it took 3089-3214.
+* Selections split by logical region into ``S`` sub-rows (ids in ``[s * CTX / S, (s + 1) *
+  CTX / S)``, -1 padded), given as ``S x 4096`` rows with explicit positions. Region-major
+  row order (the CTAs running together read one 256/S MiB slice of the context) and
+  row-major order (same work, no shared slice) took the same time:
+  ``S = 4``: 4365 / 4408 against 4391 / 4324; ``S = 8``: 5185 / 5190 against 5208 / 5209;
+  ``S = 16``: 7234 / 7239 against 7263 / 7252.
+* A Triton kernel that only gathers and sums the same K/V rows (one program per
+  (row, KV head), 64 slots a step) took 2125 from the 16 MiB pool and 3945 from the
+  given one.
+
+So the paged kernel runs at ~2.9 ms wherever its data sits. That is ~0.71x of the no-reuse
+floor (4076 us in the suite), and the L2-resident gather alone is ~0.52x. The issue's 0.6x (2.4 ms) needs less
+per-slot SM work than the paged kernel's gather -> mma m16 -> online softmax -> PV on a
+16-row tile.
+
+Ways of cutting that work, all measured or tried in the same session:
+
+* Q held in registers for the QK mma, loaded once per CTA; the production kernel reads it
+  from shared memory every block. Results were bitwise identical, and it was slower everywhere:
+
+  ==================  ===============  ====================  ====================
+  case                production       Q in registers,       Q in registers,
+                                       4 CTAs/SM (spills)    3 CTAs/SM
+  ==================  ===============  ====================  ====================
+  decode 64 x 1       80.3-80.9        102.8-103.3           106.4-106.8
+  decode 64 x 4       261-264          339-343               352-353
+  overlap prefill     2902-2929        3127-3155             2972-2994
+  uniform prefill     3108-3214        4169-4541             3211-3407
+  ==================  ===============  ====================  ====================
+
+* A two-stage gather pipeline, or 16-slot blocks that would let two stages fit at 4 CTAs
+  per SM, does not compile with TileLang 0.1.15:
+
+  - ``num_stages=2`` in the per-chunk loop fails in layout inference:
+    ``Layout::Reshape``, ``(32, 256)`` vs ``(2, 32, 256)``;
+  - ``block_n=16`` with 4 warps has no valid warp partition for ``M=16, N=16``.
+
 Next chunk's pages a block ahead (same day, probe, two interleaved rounds, us): loading the
 next chunk's block-table entries into registers during the chunk's first block and writing
 the offsets during its second (so the page loads no longer stall the resolution) measured
