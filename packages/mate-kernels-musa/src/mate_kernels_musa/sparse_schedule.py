@@ -43,7 +43,7 @@ identity block table). Not built: rows the prep leaves unmeasured (decode rows o
 batch) would need the same, and the kernel runs one row mode per call.
 
 What bounds the uniform prefill (H200, session 10, CUDA-graph medians after a read flush,
-paged kernel alone, same process, us). Memory misses do not:
+paged kernel alone, same process, us). Removing every cache miss would gain at most ~7%:
 
 * The same call with the block table folded into 256 pages, so all K/V reads come from a
   16 MiB pool that stays in L2, took 2905-2929. As given it took 3089-3214.
@@ -57,10 +57,32 @@ paged kernel alone, same process, us). Memory misses do not:
   (row, KV head), 64 slots a step) took 2125 from the 16 MiB pool and 3945 from the
   given one.
 
-So the paged kernel runs at ~2.9 ms wherever its data sits. That is ~0.71x of the no-reuse
-floor (4076 us in the suite), and the L2-resident gather alone is ~0.52x. The issue's 0.6x (2.4 ms) needs less
-per-slot SM work than the paged kernel's gather -> mma m16 -> online softmax -> PV on a
-16-row tile.
+Nsight Compute on the same call (one replay, SM clock ~1.8 GHz under the profiler) shows
+which unit limits each case:
+
+==========================  ===========  ===========
+metric                      as given     16 MiB pool
+==========================  ===========  ===========
+duration (ms)               3.10         2.90
+L2 hit rate                 21.9%        98.2%
+DRAM throughput             82%          1.7%
+L2 throughput               95.7%        58%
+L1TEX / shared throughput   73%          78%
+issue slots busy            38%          41%
+==========================  ===========  ===========
+
+Both cases ran 16 warps per SM (4 CTAs, limited by registers and shared memory). About 40%
+of the cycles between a warp's instructions are short-scoreboard stalls, i.e. waits on
+shared memory.
+
+As given, the L2 (its hits plus its fills from DRAM) limits. Without misses, the shared-memory
+pipe of the SMs limits at ~2.9 ms, i.e. ~0.71x of the no-reuse floor (4076 us in the suite).
+The L2-resident gather alone is ~0.52x. The issue's 0.6x (2.4 ms) therefore needs both
+fewer L2 transactions per selected slot (shared gathers, which uniform selections do not
+offer to groups of 4 rows) and less shared-memory traffic per slot than the gather ->
+mma m16 -> online softmax -> PV on a 16-row tile. A lead not tried: per-token TMA loads (a
+512-byte box at a runtime row coordinate, out-of-range rows zero-filled by the TMA unit)
+would move the K/V fill off the LSU/L1TEX path that ``cp.async`` uses.
 
 Ways of cutting that work, all measured or tried in the same session:
 
