@@ -37,6 +37,32 @@ the larger and more numerous the clusters: decode 64 x 1 at 4 splits 127.1-127.5
 against 28.5 (a single cluster: the epilogue and launch cost ~3 us). Why many clusters lose
 so much (fewer co-resident CTAs under cluster placement is the likely cause) is not
 established.
+
+Not kept either (H200, session 10, probe ``.devrun/s10_fmerge.py``): no merge kernel, the last split
+of a (row, KV head) to finish merging the partials itself. Each split stores its partial, then
+``__threadfence`` and an atomic increment of a per-(row, KV head) counter; the split that
+sees ``splits - 1`` merges and resets the counter. Results were within 3e-5 of the shipped
+path (rel. L2), LSE identical, and the counters were back to zero after every replay.
+
+Times (same process, CUDA-graph medians after a read flush, three rounds, us). Column (a)
+counts splits but does not merge; column (b) writes the partials and does nothing else. Both
+leave ``out`` incomplete and are timing bounds only.
+
+==============  =========  ==========  ===========  ===========  ===========
+case            splits     shipped     fused merge  (a)          (b)
+==============  =========  ==========  ===========  ===========  ===========
+1 x 1           32         20.5-20.6   62.9-63.4    17.7-18.0    16.3-16.4
+8 x 1           25         26.4-26.5   59.7-60.1    26.7-26.8    22.4-22.6
+32 x 1          7          49.6-49.8   75.9-76.4    61.6-61.8    58.3-58.5
+64 x 1          4          80.5-81.2   117.0-117.4  104.1-104.9  100.1-100.5
+==============  =========  ==========  ===========  ===========  ===========
+
+* The merge kernel plus its launch cost at most ~4 us, the gap between shipped and (b) at
+  1 x 1 and 8 x 1.
+* The counter and fences take 1.3-4.3 us of that.
+* In one CTA, the merge walks the splits in turn, one L2 round trip each: +45 us at 32 splits.
+* The extra shared memory and code cost the 32- and 64-row cases 8-20 us even without merging
+  (b).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
