@@ -6,6 +6,8 @@ passed. The four backend functions take a validated plan from ``mate_core`` and
 write its output buffers; they never validate again. Each runs with the plan's device
 made current (as a torch op does): TileLang launches on the current device and its stream,
 so a call on ``cuda:1`` from a process whose current device is ``cuda:0`` runs there too.
+A call made while a CUDA graph is being captured on a stream of another device than its
+tensors' raises (:func:`_check_capture_device`) instead of running unrecorded.
 """
 
 from __future__ import annotations
@@ -62,8 +64,30 @@ def _on_device(device: torch.device) -> Any:
     return guard(device) if guard is not None else contextlib.nullcontext()
 
 
+def _check_capture_device(device: torch.device) -> None:
+    """Raise when the current stream is capturing a CUDA graph on another device than ``device``.
+
+    The kernels run on ``device``'s current stream, which is then not the capturing one: they
+    would run at once and the graph would not contain them (seen on an H200 x2 in session 9,
+    where ``torch.cuda.graph``'s default capture stream belonged to the other GPU). A host-side
+    query only: no device synchronization.
+    """
+    if device.type != "cuda":
+        return
+    current = torch.cuda.current_device()
+    if current != device.index and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"a CUDA graph is being captured on a stream of cuda:{current}, but this call's tensors are on "
+            f"{device}: its kernels would run at once on {device} instead of being recorded. Capture on a "
+            f"stream of {device}, e.g. torch.cuda.graph(graph, stream=torch.cuda.Stream(device='{device}')) "
+            "(torch.cuda.graph's default capture stream belongs to the device that was current at the "
+            "process's first capture)"
+        )
+
+
 def _native(module: str, name: str, plan: Any, out: torch.Tensor) -> None:
     launch = _launcher(module, name)
+    _check_capture_device(out.device)
     with _on_device(out.device):
         launch(plan)
 
