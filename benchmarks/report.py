@@ -2,7 +2,7 @@
 
 Works anywhere the JSON is (plots need matplotlib; the table uses rich when present):
 
-    python -m benchmarks.report results/bench.json [--plots DIR] [--readme README.md]
+    python -m benchmarks.report results/bench.json [--plots DIR] [--readme README.md] [--csv FILE]
 
 Row schema (written by ``benchmarks.suite``): one ``{"name": "ceilings", ...}`` row with
 ``copy_TBps``, ``gemm4096_TFLOPs``, ``gemm8192_TFLOPs`` and the environment; case rows with
@@ -14,17 +14,21 @@ Row schema (written by ``benchmarks.suite``): one ``{"name": "ceilings", ...}`` 
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load", "table_rows", "render_table", "plot", "readme_section", "update_readme"]
+__all__ = ["load", "table_rows", "render_table", "write_csv", "plot", "readme_section", "update_readme"]
 
 BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
 COLUMNS = ("op", "name", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", "TFLOPs", "torch_us", "speedup_vs_torch",
            "flex_us", "speedup_vs_flex")  # fmt: skip
+# Every row of the JSON, cases and sweep points, with unrounded values (empty where a row lacks one).
+CSV_COLUMNS = ("op", "name", "sweep", "x", "shape", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", "TFLOPs",
+               "torch_us", "speedup_vs_torch", "flex_us", "speedup_vs_flex", "bytes", "flops")  # fmt: skip
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -75,6 +79,20 @@ def render_table(doc: dict[str, Any]) -> str:
     console = Console(record=True, width=160, file=io.StringIO())
     console.print(table)
     return console.export_text()
+
+
+def write_csv(doc: dict[str, Any], path: str | Path) -> Path:
+    """Every case and sweep row of ``doc`` as CSV (``CSV_COLUMNS``; shapes JSON-encoded)."""
+    path = Path(path)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in doc["results"]:
+            row = _derived(r)
+            if "shape" in row and not isinstance(row["shape"], str):
+                row["shape"] = json.dumps(row["shape"])
+            writer.writerow({c: row.get(c, "") for c in CSV_COLUMNS})
+    return path
 
 
 def plot(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
@@ -177,9 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("json")
     parser.add_argument("--plots", default=None, help="directory for PNG plots")
     parser.add_argument("--readme", default=None, help="README to update between the performance markers")
+    parser.add_argument("--csv", default=None, help="write every case and sweep row to this CSV file")
     args = parser.parse_args(argv)
     doc = load(args.json)
     print(render_table(doc))
+    if args.csv:
+        print(f"wrote {write_csv(doc, args.csv)}")
     paths = plot(doc, args.plots) if args.plots else []
     for p in paths:
         print(f"wrote {p}")

@@ -116,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(doc, indent=2))
+    report.write_csv(doc, out / "bench.csv")
     print(report.render_table(doc))
     try:
         for path in report.plot(doc, out):
             print(f"wrote {path}")
     except ImportError:
         print("matplotlib is not installed: no plots (run python -m benchmarks.report on the JSON elsewhere)")
-    print(f"wrote {out / 'bench.json'}")
+    print(f"wrote {out / 'bench.json'} and {out / 'bench.csv'}")
     for err in doc["errors"]:
         print(f"FAILED {err}")
     return 1 if doc["errors"] else 0

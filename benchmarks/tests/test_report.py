@@ -29,6 +29,27 @@ def test_table_lists_cases_not_sweep_points() -> None:
     assert "p8192" not in text
 
 
+def test_csv_holds_every_row_unrounded(tmp_path) -> None:
+    import csv
+
+    path = report.write_csv(_doc(), tmp_path / "bench.csv")
+    rows = list(csv.DictReader(path.open()))
+    assert [r["name"] for r in rows] == ["decode_64x1", "p8192", "p32768", "p131072"]
+    case = rows[0]
+    assert float(case["native_us"]) == 102.5 and float(case["speedup_vs_torch"]) == 11.3
+    assert abs(float(case["eff_TBps"]) - 2.7e8 / 102.5e-6 / 1e12) < 1e-12
+    assert case["sweep"] == "" and case["flex_us"] == ""
+    assert rows[1]["sweep"] == "context" and int(rows[1]["x"]) == 8192
+
+
+def test_report_cli_writes_csv(tmp_path, capsys) -> None:
+    json_path = tmp_path / "bench.json"
+    json_path.write_text(json.dumps(_doc()))
+    assert report.main([str(json_path), "--csv", str(tmp_path / "out.csv")]) == 0
+    assert (tmp_path / "out.csv").read_text().startswith("op,name,sweep,x,shape,native_us")
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_plots_written(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     paths = report.plot(_doc(), tmp_path)
