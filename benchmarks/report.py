@@ -85,7 +85,7 @@ def write_csv(doc: dict[str, Any], path: str | Path) -> Path:
     """Every case and sweep row of ``doc`` as CSV (``CSV_COLUMNS``; shapes JSON-encoded)."""
     path = Path(path)
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for r in doc["results"]:
             row = _derived(r)

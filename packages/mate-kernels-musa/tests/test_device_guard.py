@@ -3,6 +3,7 @@ native launch (``mate_kernels_musa._check_capture_device``), with torch's device
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -42,7 +43,7 @@ def test_allowed_calls_pass(cuda_state, current: int, capturing: bool, target: t
 def test_native_checks_before_it_launches(cuda_state, monkeypatch) -> None:
     launched = []
     monkeypatch.setattr(native, "_launcher", lambda module, name: launched.append)
-    monkeypatch.setattr(native, "_on_device", lambda device: torch.autograd.profiler.record_function("guard"))
+    monkeypatch.setattr(native, "_on_device", lambda device: contextlib.nullcontext())
     cuda_state["capturing"] = True
     with pytest.raises(RuntimeError, match="would run at once on cuda:1"):
         native._native("sparse_launch", "sparse_attention", "plan", SimpleNamespace(device=torch.device("cuda", 1)))

@@ -8,6 +8,9 @@ import os
 import time
 from collections.abc import Sequence
 
+from mate_kernels_musa import precompile as pc  # no TileLang import until something compiles
+from mate_kernels_musa.target import PROFILES
+
 from . import _env
 from ._table import Printer
 
@@ -88,8 +91,6 @@ def _default_profile() -> str:
 
 
 def _precompile(args: argparse.Namespace) -> int:
-    from mate_kernels_musa import precompile as pc
-
     out = Printer()
     bad_group = [g for g in args.group or () if not 1 <= g <= 16]
     if bad_group:
@@ -155,13 +156,12 @@ def _parser() -> argparse.ArgumentParser:
         "parallel, so that the first native calls of a process do not wait for the compiler. Rare "
         "variants still compile on first use.",
     )
-    pre.add_argument("--target", choices=("cuda-sm90a", "musa-mp31"), help="default: this machine's supported "
-                     "device, else cuda-sm90a")  # fmt: skip
-    pre.add_argument("--dtype", action="append", choices=("bfloat16", "float16"), help="repeatable (default: both)")
+    pre.add_argument("--target", choices=tuple(PROFILES), help="default: this machine's supported device, else "
+                     "cuda-sm90a")  # fmt: skip
+    pre.add_argument("--dtype", action="append", choices=pc.DTYPES, help="repeatable (default: both)")
     pre.add_argument("--group", action="append", type=int, help="Q heads per KV head of the sparse-attention calls, "
                      "repeatable (default: 12, QSA's 24 / 2)")  # fmt: skip
-    pre.add_argument("--family", action="append", choices=("mqa_score", "mqa_decode", "sparse_paged", "sparse_merge",
-                     "sparse_union"), help="kernel family, repeatable (default: all)")  # fmt: skip
+    pre.add_argument("--family", action="append", choices=pc.FAMILIES, help="kernel family, repeatable (default: all)")
     pre.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="worker processes (default: "
                      "min(8, CPUs))")  # fmt: skip
     pre.add_argument("--list", action="store_true", help="list the specializations and exit")
