@@ -69,8 +69,8 @@ gain beyond noise; at 64 tiles in row-block order 392.0 / 390.8 against 408.2 / 
 not bandwidth-bound (DRAM writes 2.9-3.0 TB/s against 3.5 TB/s for pure ``-inf`` streaming,
 SM throughput ~45%, issue slots 25-36% busy, two warpgroups per SM), and the stores sit on
 the same warpgroup's serial path as the epilogue they share, so they cost that warpgroup
-about what the streaming CTAs cost the SM. Overlapping them for real needs a separate
-storing warp (warp specialization). Why the prefill shape gains is not established: the
+about what the streaming CTAs cost the SM. A separate storing warp did not overlap them
+either (session 11, below). Why the prefill shape gains is not established: the
 work is the same; the kernel differs in registers (212 -> 233) and code layout.
 
 Write ceiling and register ``-inf`` stores (H200, 2026-11-30, CUDA-graph medians after a
@@ -96,6 +96,29 @@ that fit beside two score CTAs per SM (64 or 128 threads, 132 to 528 CTAs; 124-1
 made the pair far slower: 611-752 on a high-priority stream, 717-1230 at normal priority. A
 fill beside this kernel does not overlap it on the H200; the ``-inf`` writes would have to
 move into the kernel's own warps (warp specialization).
+
+A storing warp (session 11, measured and not kept). Each computing CTA got a fifth warp
+(160 threads) that stored the pair's blind tiles from registers, as ``spread`` does, while
+the warpgroup ran the GEMM loop with no ``-inf`` stores in its epilogues. Two 160-thread
+CTAs per SM cap registers at 168 (10 warps: three share one SM sub-partition's 16 K
+registers), so the GEMM path spilled (412 bytes); setmaxnreg cannot lift that cap, because
+ptxas checks every instruction against the launch bound (the m64n256 wgmma needs >= 154, so
+256 threads at 128 registers fail to compile). Results were correct on the bulk-store GPU
+cases. H200, CUDA-graph medians after a read flush, two rounds, us:
+
+==============================  ===============  ===============
+shape                           shipped          storing warp
+==============================  ===============  ===============
+prefill 4096 x 32768 (no -inf)  232.9 / 232.5    261.5 / 261.7
+causal 32768 x 8192             373.1 / 372.1    428.5 / 431.2
+==============================  ===============  ===============
+
+The prefill shape has nothing blind, so its +29 us is the register cap alone. The causal
+shape lost +57 us. If the cap costs its GEMM work about what it costs the prefill's, the
+``-inf`` stores took ~28 us longer from a concurrent warp than from the epilogues. So the
+warpgroup's serial path is not what keeps the ``-inf`` writes from overlapping the GEMM work;
+they seem to compete with the score stores for some shared resource, which has not been
+identified.
 
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
