@@ -216,6 +216,24 @@ def slot_rule() -> Any:
     return rule
 
 
+def kv_offsets(off_t: str) -> Any:
+    """Build the macro ``put(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)``.
+
+    Writes slot ``j``'s K and V row offsets (``off_t`` elements of the ``[n, 8]`` row views) for
+    slot ``sl`` of page ``pg`` and KV head ``hk``, given the caches' page, slot and head strides;
+    a slot that is not ``good`` gets one past the end (``k_end``/``v_end``), which
+    :func:`kv_tile_gather` zero-fills and the kernels mask. Shared by the paged and union kernels.
+    """
+    import tilelang.language as T
+
+    @T.macro
+    def put(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
+        koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
+        voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+
+    return put
+
+
 def kv_tile_gather(block_n: int, dim: int) -> Any:
     """Macro ``gather(k_s, v_s, KF, VF, koff_s, voff_s, base)``: K/V rows of slots ``base ..
     base + block_n`` into shared memory.

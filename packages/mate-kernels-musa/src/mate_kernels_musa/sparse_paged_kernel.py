@@ -92,6 +92,7 @@ from typing import Any
 
 from ._sparse_macros import (
     gated_output_strides,
+    kv_offsets,
     kv_tile_gather,
     online_softmax_step,
     page_column,
@@ -189,6 +190,7 @@ def sparse_paged_kernel(
     resolve = resolve_row_limit()
     slot = slot_page()
     rule = slot_rule()
+    put_offsets = kv_offsets(off_t)
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
@@ -204,12 +206,6 @@ def sparse_paged_kernel(
     st = T.dynamic("st0, st1", "int64")
     sb = T.dynamic("sb0, sb1", "int64")
     s_cu, s_slq, s_slk, s_qp = T.dynamic("s_cu, s_slq, s_slk, s_qp", "int64")
-
-    @T.macro
-    def put_offsets(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
-        # Slot j: the K/V row offsets of (page pg, slot sl), or one past the end when it is not used.
-        koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
-        voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
 
     @T.macro
     def put_slot(j, t, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):

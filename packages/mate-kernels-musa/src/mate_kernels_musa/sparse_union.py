@@ -90,6 +90,7 @@ FINALIZE_THREADS = 256  # 8 warps, one (row, head) pair each
 PREP_T_CAP = 2560  # shared-memory slots per row of the prep kernel (R * 2560 * 8 bytes <= 160 KiB at R = 8)
 PREP_THREADS = 512
 HASH_BUCKETS = 2048
+INT32_MAX = 2**31 - 1  # max_nu's default (no group skipped) and its cap (an int32 kernel argument)
 _COUNT16_MAX_T = 2**15 - 1  # a row's count of one token is at most T: int16 counts while T fits
 
 
@@ -206,7 +207,7 @@ def union_prep(phys: torch.Tensor, rows_per_cta: int, n_phys: int) -> tuple[torc
     rows_pad, t = phys.shape
     n_grp, w = rows_pad // r, r * t
     dev = phys.device
-    kdt = torch.int32 if n_phys * r < 2**31 - 1 else torch.int64
+    kdt = torch.int32 if n_phys * r < INT32_MAX else torch.int64
     sentinel = torch.iinfo(kdt).max  # sorts after every real key
     row_in_group = torch.arange(rows_pad, dtype=kdt, device=dev).remainder_(r)[:, None]
     keys = torch.where(phys >= 0, phys.to(kdt) * r + row_in_group, sentinel).view(n_grp, w)
@@ -237,7 +238,7 @@ def union_prep(phys: torch.Tensor, rows_per_cta: int, n_phys: int) -> tuple[torc
 
 
 def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: list[Any] | None = None,
-                     max_nu: int = 2**31 - 1,
+                     max_nu: int = INT32_MAX,
                      min_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 in one kernel (:mod:`.sparse_union_fused_kernel`, ``T <= PREP_T_CAP``).
 
@@ -267,7 +268,7 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
                    *fused_consts(r))  # fmt: skip
     if row_args is None:
         row_args = _row_args(plan, table.shape[1] * page_size)
-    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, 2**31 - 1), min_rows)
+    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, INT32_MAX), min_rows)
     return u, nu, counts
 
 
@@ -276,7 +277,7 @@ PREP_METHODS = ("torch", "fused")
 
 def prepare_union(plan: SparseAttentionPlan, rows_per_cta: int, method: str | None = None,
                   row_args: list[Any] | None = None,
-                  max_nu: int = 2**31 - 1,
+                  max_nu: int = INT32_MAX,
                   min_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Steps 1-2 of :func:`sparse_attention_union`: ``(U, NU, C)`` of ``plan``'s row groups.
 
@@ -306,7 +307,7 @@ def _count_dtype(counts: torch.Tensor) -> str:
 
 
 def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tensor, nu: torch.Tensor,
-                    counts: torch.Tensor, tile: UnionTile | None = None, max_nu: int = 2**31 - 1) -> None:  # fmt: skip
+                    counts: torch.Tensor, tile: UnionTile | None = None, max_nu: int = INT32_MAX) -> None:  # fmt: skip
     """Steps 3-4 of :func:`sparse_attention_union` on a prepared union (``union_prep``'s outputs).
 
     Groups with ``NU[g] > max_nu`` are skipped by the union kernel and the finalize kernel:
@@ -329,7 +330,7 @@ def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tenso
     finalize = build(sparse_finalize_kernel.sparse_finalize_kernel, profile, dtype, gate_dtype, FINALIZE_THREADS)
     part_o = torch.empty((1, rows, hq, dim), dtype=torch.float32, device=q.device)
     part_l = torch.empty((1, rows, hq), dtype=torch.float32, device=q.device)
-    max_nu = min(max_nu, 2**31 - 1)
+    max_nu = min(max_nu, INT32_MAX)
     main(q, kf, vf, u, nu, counts, part_o, part_l, page_size, hkv, kp, ks, kh, vp, vs, vh, float(plan.scale), max_nu)
     lse = plan.lse
     has_lse = int(lse is not None)

@@ -35,7 +35,7 @@ double buffers (the paged kernel's ``one_pipe``): 2501 / 2492 / 2489 and 6987 / 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import kv_tile_gather, online_softmax_step
+from ._sparse_macros import kv_offsets, kv_tile_gather, online_softmax_step
 from .sparse_paged_kernel import DIM, HEAD_TILE, LN2, LOG2E, M_INIT
 
 __all__ = ["sparse_union_kernel"]
@@ -107,6 +107,7 @@ def sparse_union_kernel(
     CH = block_n * chunk_blocks
     acc = "float32"
     off_t = "int64" if wide else "int32"
+    put_offsets = kv_offsets(off_t)
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(M, D)
 
@@ -188,8 +189,7 @@ def sparse_union_kernel(
                     ph = T.if_then_else(u < nu, U[b, T.min(u, width - 1)], -1)
                     pg = T.max(ph, 0) // page_size
                     sl = T.max(ph, 0) % page_size
-                    koff_s[j] = T.if_then_else(ph >= 0, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
-                    voff_s[j] = T.if_then_else(ph >= 0, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
+                    put_offsets(j, ph >= 0, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)
                     for i in T.unroll(R):
                         cnt = T.if_then_else(u < nu, T.cast(C[b, i, T.min(u, width - 1)], "int32"), 0)
                         bias_s[i, j] = T.if_then_else(cnt > 0, T.log2(T.cast(cnt, acc)), -T.infinity(acc))
