@@ -120,6 +120,31 @@ warpgroup's serial path is not what keeps the ``-inf`` writes from overlapping t
 they seem to compete with the score stores for some shared resource, which has not been
 identified.
 
+Nsight Compute, same session (one replay each, clocks not locked, shipped kernel):
+
+==========================  =========  =========  =========
+metric                      causal     prefill    blind
+==========================  =========  =========  =========
+duration (us)               357.4      232.9      143.0
+SM clock (GHz)              1.73       1.65       1.98
+elapsed cycles              620,640    387,830    283,078
+issued warps / scheduler    0.38       0.38       0.02
+warp cycles per issue       4.96       5.18       50.0
+DRAM writes (TB/s)          2.93       2.19       3.57
+==========================  =========  =========  =========
+
+Causal and prefill issue at the same rate with the same stall mix (wait, barrier, long
+scoreboard and dispatch stalls lead), so the causal call's extra time is extra instructions
+on the same latency-bound warps: 1.6x the cycles for the same visible work. Part of those
+are the spread stores. A guard-free path for blind tiles that lie wholly inside ``out``
+(the bounds tested once per tile, then eight unguarded 16-byte stores a thread) measured,
+same process, three interleaved rounds, us: causal 350.4 / 350.5 / 349.5 against 356.6 /
+356.9 / 356.4 (-1.8%), but the prefill shape, which runs none of that code, 235.8 / 235.3 /
+235.6 against 231.0 / 231.3 / 231.1 (+2%). Results were bitwise equal and the MQA GPU tests
+passed (363). Not kept: what causal gains, prefill loses. (Written with the tile's row and
+key group as expressions instead of variables, the same path took TileLang 7 minutes to
+lower, against ~45 s.)
+
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
 tile and row-contiguous stores.
