@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import mate_core
+from mate_core.validate_mqa import NATIVE_DECODE_PAGE_SIZES
 from mate_kernels_musa import mqa_launch
 from mate_kernels_musa import precompile as pc
 
@@ -39,14 +40,14 @@ def test_covers_mqa_launchers(dtype: torch.dtype, monkeypatch) -> None:
         plan = mate_core.plan_mqa_prefill(rows, keys[0], torch.zeros(3, **i32), torch.full((3,), 2, **i32),
                                           backend="reference")  # fmt: skip
         mqa_launch.mqa_prefill(dataclasses.replace(plan, backend="tilelang"))
-    for page_size in pc.MQA_PAGE_SIZES:
+    for page_size in NATIVE_DECODE_PAGE_SIZES:
         cache = torch.randn(3, page_size, 1, 128).to(dtype)
         plan = mate_core.plan_mqa_decode(rows[:1], cache, torch.zeros(1, 2, **i32), torch.full((1,), 5, **i32), 32,
                                          backend="reference")  # fmt: skip
         mqa_launch.mqa_decode(dataclasses.replace(plan, backend="tilelang"))
     name = "bfloat16" if dtype == torch.bfloat16 else "float16"
     listed = {(s.factory, s.consts) for s in pc.launcher_specializations(dtypes=(name,))}
-    assert len(set(built)) == 2 + len(pc.MQA_PAGE_SIZES)
+    assert len(set(built)) == 2 + len(NATIVE_DECODE_PAGE_SIZES)
     assert set(built) <= listed, set(built) - listed
 
 

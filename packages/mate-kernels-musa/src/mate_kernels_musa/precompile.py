@@ -24,12 +24,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Any, NamedTuple
 
-from mate_core.validate_mqa import NATIVE_DECODE_PAGE_SIZES
-
 __all__ = ["FAMILIES", "Spec", "Result", "launcher_specializations", "precompile"]
 
 DTYPES = ("bfloat16", "float16")
-MQA_PAGE_SIZES = NATIVE_DECODE_PAGE_SIZES  # the MQA decode kernel's native page sizes (mate_core)
 
 
 class Spec(NamedTuple):

@@ -59,6 +59,7 @@ __all__ = [
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 VEC = 8  # elements per 16-byte K/V access
 MERGE_THREADS = 64
+INT32_MAX = 2**31 - 1
 _INT32_LIMIT = 2**31 - 64  # K/V offsets (16-byte units, + one row of slack) must stay below this
 IDENTITY_ROWS = 4096  # padded K/V calls with up to this many requests use the cached identity block table
 
@@ -247,7 +248,7 @@ def _row_args(plan: SparseAttentionPlan, capacity: int) -> list[Any]:
     flags = [int(t is not None) for t in opt]
     n_iter = max(1, plan.num_requests.bit_length())
     # Capacities past int32 cannot be addressed by int32 token ids anyway.
-    cap = min(capacity, 2**31 - 1)
+    cap = min(capacity, INT32_MAX)
     return [cu, r3, *tensors, mode, plan.q_len, n_iter, cap, *flags]
 
 

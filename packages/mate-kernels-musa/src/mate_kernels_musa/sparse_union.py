@@ -59,6 +59,7 @@ from ._build import build, profile_name
 from .sparse_launch import (
     _DTYPES,
     _INT32_LIMIT,
+    INT32_MAX,
     _dev,
     _dummies,
     _flat16,
@@ -90,7 +91,6 @@ FINALIZE_THREADS = 256  # 8 warps, one (row, head) pair each
 PREP_T_CAP = 2560  # shared-memory slots per row of the prep kernel (R * 2560 * 8 bytes <= 160 KiB at R = 8)
 PREP_THREADS = 512
 HASH_BUCKETS = 2048
-INT32_MAX = 2**31 - 1  # max_nu's default (no group skipped) and its cap (an int32 kernel argument)
 _COUNT16_MAX_T = 2**15 - 1  # a row's count of one token is at most T: int16 counts while T fits
 
 
