@@ -4,7 +4,7 @@ Fresh random problems (see ``sparse_cases.py``): 1..4096 ragged rows, decode and
 selections of 1..2051 slots with -1 padding, duplicates, future ids and ids past
 ``seq_len_k``, -1 and out-of-range pages (whose K/V are NaN), page sizes 16/32/64, gate
 off / per head / elementwise in FP32 and the data dtype, LSE off / returned / buffer,
-``num_splits`` None/1/2/7/64, strided ``out`` views. Outputs are poisoned with NaN
+``num_splits`` None/1/2/7/64, strided ``out`` views, peaked softmax (scaled queries). Outputs are poisoned with NaN
 before the call and must be fully overwritten. Also: group sizes 3/4/16, FP16, padded
 K/V, CUDA-graph replay with new metadata, bitwise determinism.
 
@@ -37,6 +37,17 @@ def test_random_large(index: int, gen: torch.Generator) -> None:
 @pytest.mark.parametrize("num_splits", cases.SPLITS)
 def test_fp16(num_splits, gen: torch.Generator) -> None:
     _run_case(cases.random_case(gen, max_rows=48, max_width=400, dtype=torch.float16, num_splits=num_splits))
+
+
+@pytest.mark.parametrize("spread", [8.0, 30.0])
+def test_running_max_updates(spread: float, gen: torch.Generator) -> None:
+    """Peaked softmax: the query scaled so a row's scores span tens of log2 units, so its running
+    max climbs by more than ``RESCALE_SLACK`` on later blocks too, not only on the first (the
+    lazy-max update path of the softmax step), in the decode schedule and in one split."""
+    for splits in (None, 1):
+        case = cases.random_case(gen, max_rows=48, max_width=2051, width=2051, canonical=True, num_splits=splits)
+        case.kwargs["query"] = case.kwargs["query"] * spread
+        _run_case(case)
 
 
 @pytest.mark.parametrize(("hq", "hkv"), [(3, 1), (8, 2), (16, 1)])

@@ -7,7 +7,7 @@ from typing import Any
 
 __all__ = [
     "row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
-    "kv_tile_gather", "online_softmax_step", "gated_output_strides", "sigmoid_gate",
+    "kv_tile_gather", "online_softmax_step", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
 ]  # fmt: skip
 
 
@@ -254,28 +254,50 @@ def kv_tile_gather(block_n: int, dim: int) -> Any:
     return gather
 
 
+RESCALE_SLACK = 8.0  # log2 units a score may exceed the running max before the max is updated (P <= 2^8)
+
+
 def online_softmax_step(rows: int, dim: int) -> Any:
-    """Macro ``step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s)``: one FP32 online-softmax
+    """Macro ``step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s)``: one FP32 online-softmax
     update (log2 domain) of ``rows`` score rows and the P V product.
 
-    ``acc_s`` holds the masked, scaled (log2e folded in) scores of one tile; ``m_i``/``l_i``
-    the running max and sum, ``acc_o`` the unnormalized output.
+    ``acc_s`` holds the masked, scaled (log2e folded in) scores of one tile; ``m_i`` the
+    running max (the same in every thread of a row), ``acc_o`` the unnormalized output and
+    ``l_acc`` (shaped and laid out like ``acc_s``) each thread's share of the running sums:
+    the kernel reduces them once after its last tile (``T.reduce_sum(l_acc, l_i, dim=1)``).
+
+    The max is only updated (a cross-warp reduction and a rescale of ``acc_o``/``l_acc``) when
+    some score of the tile exceeds it by more than :data:`RESCALE_SLACK`, which one
+    ``T.syncthreads_or`` barrier tells the whole CTA; otherwise the probabilities are taken
+    against the stale max, so they stay <= 2^RESCALE_SLACK. Any common reference value gives the
+    same softmax (``acc_o / l`` and ``m + log2 l`` do not depend on it); the slack only bounds P
+    for its 16-bit cast. Every thread of the CTA must reach the step.
     """
     import tilelang.language as T
 
     @T.macro
-    def step(acc_s, m_i, m_prev, alpha, l_i, l_blk, acc_o, p_s, v_s):
+    def rescale(acc_s, m_i, m_prev, alpha, l_acc, acc_o):
         T.copy(m_i, m_prev)
         T.reduce_max(acc_s, m_i, dim=1, clear=False)
         for g in T.Parallel(rows):
             alpha[g] = T.exp2(m_prev[g] - m_i[g])
-        for g, j in T.Parallel(rows, acc_s.shape[1]):
-            acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
-        T.reduce_sum(acc_s, l_blk, dim=1)
-        for g in T.Parallel(rows):
-            l_i[g] = l_i[g] * alpha[g] + l_blk[g]
         for g, d in T.Parallel(rows, dim):
             acc_o[g, d] = acc_o[g, d] * alpha[g]
+        for g, j in T.Parallel(rows, acc_s.shape[1]):
+            l_acc[g, j] = l_acc[g, j] * alpha[g]
+
+    @T.macro
+    def step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s):
+        over = T.alloc_var("int32", init=0)
+        for g, j in T.Parallel(rows, acc_s.shape[1]):
+            if acc_s[g, j] > m_i[g] + RESCALE_SLACK:
+                over = 1
+        any_over = T.alloc_var("int32", init=T.syncthreads_or(over))
+        if any_over != 0:
+            rescale(acc_s, m_i, m_prev, alpha, l_acc, acc_o)
+        for g, j in T.Parallel(rows, acc_s.shape[1]):
+            acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
+            l_acc[g, j] = l_acc[g, j] + acc_s[g, j]
         T.copy(acc_s, p_s)
         T.gemm(p_s, v_s, acc_o)
 

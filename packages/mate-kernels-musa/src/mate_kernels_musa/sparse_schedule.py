@@ -99,6 +99,29 @@ Ways of cutting that work, all measured or tried in the same session:
   uniform prefill     3108-3214        4169-4541             3211-3407
   ==================  ===============  ====================  ====================
 
+* Transposed tiles on wgmma (session 12, probe ``.dev12/tpaged.py``, not kept): ``S^T = K
+  Q^T`` (``m64n16k16``, the 64 slots of a block on M) and ``O^T += V^T P^T`` (``D = 256`` on M),
+  so the warpgroup reads Q once per block from shared memory instead of once per warp, and
+  no ``ldmatrix`` feeds the MMAs. The 64-slot K and V tiles (72 KB with Q) leave room for two
+  CTAs per SM instead of four. The softmax then reduces over slots, i.e. across the four
+  warps. Results agreed with the production kernel (rel. L2 0.0051 against the PyTorch path,
+  same LSE error). Same process, two interleaved rounds, CUDA-graph medians after a read
+  flush, paged kernel alone, us (``T`` = cross-warp max and sum per block, ``T+sum`` = the
+  sum kept per thread and reduced once at the end):
+
+  ========================  ===============  ===============  ===============
+  case                      production       T                T+sum
+  ========================  ===============  ===============  ===============
+  decode 64 x 1             82.3 / 82.3      101.8 / 102.0    102.0 / 102.3
+  decode 64 x 4             268.7 / 267.5    297.4 / 297.4    294.5 / 294.5
+  uniform prefill           3314 / 3121      3693 / 3752      3327 / 3303
+  uniform, ids sorted       2913 / 2953      3687 / 3682      3230 / 3219
+  90%-overlap prefill       2903 / 2923      3601 / 3615      3159 / 3181
+  ========================  ===============  ===============  ===============
+
+  With half the CTAs, every barrier of the block step stalls more of the SM. Dropping the
+  four per-block sum reductions gained 10-12%; the same lesson, applied to the production
+  tile, became the lazy-max softmax of :mod:`.sparse_paged_kernel`.
 * A two-stage gather pipeline, or 16-slot blocks that would let two stages fit at 4 CTAs
   per SM, does not compile with TileLang 0.1.15:
 
