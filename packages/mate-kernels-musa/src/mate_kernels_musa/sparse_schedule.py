@@ -99,7 +99,7 @@ Ways of cutting that work, all measured or tried in the same session:
   uniform prefill     3108-3214        4169-4541             3211-3407
   ==================  ===============  ====================  ====================
 
-* Transposed tiles on wgmma (session 12, probe ``.dev12/tpaged.py``, not kept): ``S^T = K
+* Transposed tiles on wgmma (session 12, probe ``.devrun/tpaged_s12.py``, not kept): ``S^T = K
   Q^T`` (``m64n16k16``, the 64 slots of a block on M) and ``O^T += V^T P^T`` (``D = 256`` on M),
   so the warpgroup reads Q once per block from shared memory instead of once per warp, and
   no ``ldmatrix`` feeds the MMAs. The 64-slot K and V tiles (72 KB with Q) leave room for two
