@@ -122,6 +122,12 @@ Ways of cutting that work, all measured or tried in the same session:
   With half the CTAs, every barrier of the block step stalls more of the SM. Dropping the
   four per-block sum reductions gained 10-12%; the same lesson, applied to the production
   tile, became the lazy-max softmax of :mod:`.sparse_paged_kernel`.
+
+  With that softmax the candidate tiles stay behind ``W4`` (same process, two rounds, paged
+  kernel alone, us; probe ``.devrun/s12_tiles.py``): decode 64 x 1 81.2 / 81.3 against W2
+  89.6 / 89.7, N64 98.8 / 98.9, W4_C32 105.0 / 105.1; decode 64 x 4 266.8 / 267.1 against
+  281.6, 293.5, 352.4; uniform prefill 3276 / 3079 against 3767 / 3789, 3278 / 3308,
+  3261 / 3238; 90%-overlap prefill 2547 / 2538 against 3421, 3149, 2857 / 2852.
 * A two-stage gather pipeline, or 16-slot blocks that would let two stages fit at 4 CTAs
   per SM, does not compile with TileLang 0.1.15:
 
