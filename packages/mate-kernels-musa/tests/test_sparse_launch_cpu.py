@@ -202,12 +202,33 @@ def _emulate_finalize(dtype, gate_dtype, threads):
     return run
 
 
+def _emulate_sort(threads):
+    """The per-row order of ``sparse_sort_kernel``: unmeasured groups as given, rejected groups by
+    context region (within a region by thread ``slot % threads``, then by ``slot // threads``)."""
+    from mate_kernels_musa.sparse_sort_kernel import REGIONS, SORT_CAP
+    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
+
+    def run(TI, NU, SO, shift, u_rows, max_nu):
+        slot = torch.arange(TI.shape[1], device=TI.device)
+        for r in range(TI.shape[0]):
+            nu = int(NU[r // u_rows])
+            if nu == UNMEASURED:
+                SO[r] = TI[r]
+            elif nu > max_nu:
+                region = (TI[r].clamp(min=0) >> shift).clamp(max=REGIONS - 1)
+                key = region * SORT_CAP + (slot % threads) * (SORT_CAP // threads) + slot // threads
+                SO[r] = TI[r][torch.argsort(key)]
+
+    return run
+
+
 _EMULATORS = {
     "sparse_paged_kernel": _emulate_paged,
     "sparse_merge_kernel": _emulate_merge,
     "sparse_union_fused_kernel": _emulate_union_prep,
     "sparse_union_kernel": _emulate_union,
     "sparse_finalize_kernel": _emulate_finalize,
+    "sparse_sort_kernel": _emulate_sort,
 }
 
 
@@ -480,6 +501,6 @@ def test_precompile_covers_the_launcher(emulated, monkeypatch, gen: torch.Genera
                 _run_both(case)
     names = {f.__name__ for f, _ in built}
     assert names == {"sparse_paged_kernel", "sparse_merge_kernel", "sparse_union_fused_kernel", "sparse_union_kernel",
-                     "sparse_finalize_kernel"}, names  # fmt: skip
+                     "sparse_finalize_kernel", "sparse_sort_kernel"}, names  # fmt: skip
     listed = {(s.factory, s.consts) for s in precompile.launcher_specializations()}
     assert built <= listed, built - listed

@@ -7,7 +7,8 @@ pages (whose K/V are NaN), gate and LSE variants, strided ``out`` views; physica
 FP16; GQA groups 3 and 16. Row counts are not multiples of ``R`` and groups straddle
 requests. Outputs are NaN-poisoned and must be fully overwritten (``sparse_checks.check``:
 rel L2 < 1e-2, LSE error < 1e-2, identical -inf patterns). Also: CUDA-graph replay with
-new metadata, empty selections, bitwise determinism.
+new metadata, empty selections, bitwise determinism, the per-row sort of the ids that the
+default path hands to the paged kernel.
 
 ``-k memcheck`` selects the small subset meant for ``compute-sanitizer --tool memcheck``.
 """
@@ -164,6 +165,60 @@ def test_wide_selection_uses_torch_prep(gen: torch.Generator) -> None:
     from mate_kernels_musa.sparse_union import PREP_T_CAP
 
     _run(cases.random_case(gen, max_rows=12, width=PREP_T_CAP + 40, canonical=False), 4)
+
+
+@pytest.mark.parametrize("width", [1, 3, 300, 2051, 4096, 4097])
+def test_sorted_ids(width: int, gen: torch.Generator) -> None:
+    """``sorted_ids``: rows of groups the prep rejected hold their ids ordered by context region
+    (within a region by thread, then by slot: ``sparse_sort_kernel``), duplicates and -1 kept;
+    rows of unmeasured groups their ids as given; the union's rows are not written. Wider than
+    ``SORT_CAP``: None."""
+    from mate_core import plan_sparse_attention
+    from mate_kernels_musa.sparse_launch import _ids, _paged_kv
+    from mate_kernels_musa.sparse_sort_kernel import REGIONS, SORT_CAP, region_shift
+    from mate_kernels_musa.sparse_union import SORT_THREADS, sorted_ids
+    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
+
+    case = cases.random_case(gen, max_rows=200, max_width=width, width=width, num_splits=None, query_kind="cu",
+                             row_counts=[150, 50]).to("cuda")  # fmt: skip
+    native = plan_sparse_attention(**case.kwargs, backend="tilelang")
+    ids = _ids(native)
+    r = 4
+    n_grp = -(-ids.shape[0] // r)
+    kind = torch.randint(0, 3, (n_grp,), generator=gen)  # 0: union row, 1: rejected, 2: unmeasured
+    nu = torch.where(kind == 0, 3, torch.where(kind == 1, 9, UNMEASURED)).to(torch.int32).cuda()
+    out = sorted_ids(native, nu, r, 4)
+    if width > SORT_CAP:
+        assert out is None
+        return
+    kind = kind.cuda().repeat_interleave(r)[: ids.shape[0]]
+    assert (kind == 1).any() and (kind == 2).any(), kind
+    assert torch.equal(out[kind == 2], ids[kind == 2])
+    _, _, table, page_size = _paged_kv(native)
+    slot = torch.arange(width, device="cuda")
+    region = (ids.clamp(min=0) >> region_shift(table.shape[1] * page_size)).clamp(max=REGIONS - 1)
+    key = region * SORT_CAP + (slot % SORT_THREADS) * (SORT_CAP // SORT_THREADS) + slot // SORT_THREADS
+    expect = torch.gather(ids, 1, torch.argsort(key, dim=1))
+    assert torch.equal(out[kind == 1], expect[kind == 1])
+
+
+def test_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
+    """Default rule on a prefill chunk of random, barely overlapping selections: every group is
+    left to the paged kernel, which reads the sorted ids; correct, and bitwise equal on a rerun."""
+    from mate_kernels_musa import sparse_attention, sparse_launch
+
+    monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
+    case = cases.random_case(gen, max_rows=600, max_width=600, width=600, num_splits=None, query_kind="cu",
+                             row_counts=[600], canonical=False).to("cuda")  # fmt: skip
+    native, ref = checks.plans(case)
+    assert sparse_launch.schedule_for(native).union_rows, "the union path (and the sort) must be on"
+    sparse_attention(native)
+    checks.check(native, ref, case)
+    first = native.out_result.clone()
+    native.out.fill_(float("nan"))
+    sparse_attention(native)
+    torch.cuda.synchronize()
+    assert torch.equal(first, native.out_result)
 
 
 def test_empty_selection() -> None:

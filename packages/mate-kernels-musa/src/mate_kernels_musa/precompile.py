@@ -66,6 +66,7 @@ def _sparse(dtypes: Iterable[str], groups: Iterable[int]) -> list[Spec]:
         "sparse_union_fused_kernel": "sparse_union",
         "sparse_union_kernel": "sparse_union",
         "sparse_finalize_kernel": "sparse_union",
+        "sparse_sort_kernel": "sparse_union",
     }
     specs = specializations(groups=groups, dtypes=dtypes) + union_specializations(groups=groups, dtypes=dtypes)
     return [Spec(family[f.__name__], f, c) for f, c in specs]

@@ -8,7 +8,9 @@ tensors with their runtime strides and launches on the current stream:
    on groups of ``UNION_ROWS`` consecutive rows: a one-kernel prep finds each group's union of selected cache rows,
    and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
    share most of their blocks, as neighbouring prefill rows do) are computed by the union
-   kernel with one K/V gather per union token; the paged kernel skips those rows;
+   kernel with one K/V gather per union token; the paged kernel skips those rows, and
+   :mod:`.sparse_sort_kernel` sorts the token ids of the rows it computes (the CTAs of one
+   request then read its cache in step and share it through the L2);
 1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
    ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
    partial outputs and LSE per split, and
@@ -19,8 +21,8 @@ Row metadata (request, position, lengths) is resolved inside the paged kernel fr
 ``q_len`` (padded queries) or ``cu_seqlens_q``; only ``token_to_req`` needs a short
 prelude of capturable torch ops (first row and row count of each request). Nothing
 here reads device memory or syncs; the only allocations are the FP32 partials of a split
-schedule (and that prelude) from the caching allocator, so warmed-up calls can be captured in a
-CUDA graph and replayed with new metadata values.
+schedule, the sorted ids of the union path (and that prelude) from the caching allocator,
+so warmed-up calls can be captured in a CUDA graph and replayed with new metadata values.
 
 Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
 cache with one page of ``S`` slots per request (block table ``[[0], [1], ...]``: a view
@@ -309,22 +311,28 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
         lse = _dummies(device)["float32"].expand(rows, hq)
     unu, u_rows, max_nu = _dummies(device)["int"], 0, 0
     row_args = _row_args(plan, table.shape[1] * page_size)  # once: the union prep takes it too
+    ids = None
     if sched.union_rows and not wide:
         # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
         # kernel below skips exactly those groups' rows and computes the others.
-        from .sparse_union import prepare_union, union_attention  # sparse_union imports this module
+        from .sparse_union import prepare_union, sorted_ids, union_attention  # sparse_union imports this module
 
         u_rows = sched.union_rows
         max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
         u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu, union_min_rows())
         union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
+        # The rows the prep rejected walk their selections region by region (L2 sharing between
+        # the CTAs of one request; sparse_sort_kernel).
+        ids = sorted_ids(plan, unu, u_rows, max_nu)
+    if ids is None:
+        ids = _ids(plan)
     direct = sched.splits == 1
     if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
         part_o, part_l = _dummies(device)["part_o"], _dummies(device)["part_l"]
     else:
         part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
         part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, _ids(plan), table, part_o, part_l, gate, plan.out, lse, unu,
+    main(q, kf, vf, ids, table, part_o, part_l, gate, plan.out, lse, unu,
          *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
          float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe))  # fmt: skip
     if not direct:

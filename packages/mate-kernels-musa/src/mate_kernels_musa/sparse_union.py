@@ -54,7 +54,13 @@ import torch
 
 from mate_core.plans import SparseAttentionPlan
 
-from . import sparse_finalize_kernel, sparse_resolve_kernel, sparse_union_fused_kernel, sparse_union_kernel
+from . import (
+    sparse_finalize_kernel,
+    sparse_resolve_kernel,
+    sparse_sort_kernel,
+    sparse_union_fused_kernel,
+    sparse_union_kernel,
+)
 from ._build import build, profile_name
 from .sparse_launch import (
     _DTYPES,
@@ -82,12 +88,14 @@ __all__ = [
     "union_prep_fused",
     "prepare_union",
     "union_attention",
+    "sorted_ids",
     "PREP_METHODS",
     "sparse_attention_union",
 ]
 
 RESOLVE_THREADS = 256
 FINALIZE_THREADS = 256  # 8 warps, one (row, head) pair each
+SORT_THREADS = 256
 PREP_T_CAP = 2560  # shared-memory slots per row of the prep kernel (R * 2560 * 8 bytes <= 160 KiB at R = 8)
 PREP_THREADS = 512
 HASH_BUCKETS = 2048
@@ -151,7 +159,8 @@ def union_specializations(
         (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))
         for g in groups for d in dtypes for r in rows_per_cta for w in wide for c in count_dtypes
     ]  # fmt: skip
-    return [(sparse_resolve_kernel.sparse_resolve_kernel, (RESOLVE_THREADS,)), *prep, *union, *finalize]
+    sort = (sparse_sort_kernel.sparse_sort_kernel, (SORT_THREADS,))
+    return [(sparse_resolve_kernel.sparse_resolve_kernel, (RESOLVE_THREADS,)), *prep, *union, *finalize, sort]
 
 
 def fused_consts(rows_per_cta: int) -> tuple[Any, ...]:
@@ -337,6 +346,26 @@ def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tenso
     if lse is None:
         lse = _dummies(device)["float32"].expand(rows, hq)
     finalize(part_o, part_l, gate, plan.out, lse, nu, has_gate, has_lse, rows_per_cta, max_nu)
+
+
+def sorted_ids(plan: SparseAttentionPlan, nu: torch.Tensor, rows_per_cta: int, max_nu: int) -> torch.Tensor | None:
+    """Each row's token ids ordered by context region, ``[rows, T]`` int32, for the paged kernel after the union path.
+
+    Rows of groups with ``NU <= max_nu`` (the union kernel computed them, the paged kernel skips
+    them) are not written; rows of unmeasured groups (``NU = UNMEASURED``) are copied as given.
+    None when ``T > SORT_CAP`` (the caller keeps the given order). See :mod:`.sparse_sort_kernel`
+    for the order and why it matters.
+    """
+    ids = _ids(plan)
+    rows, t = ids.shape
+    if t > sparse_sort_kernel.SORT_CAP:
+        return None
+    out = torch.empty((rows, t), dtype=torch.int32, device=ids.device)
+    kernel = build(sparse_sort_kernel.sparse_sort_kernel, profile_name(_dev(plan.query)), SORT_THREADS)
+    _, _, table, page_size = _paged_kv(plan)
+    shift = sparse_sort_kernel.region_shift(table.shape[1] * page_size)
+    kernel(ids, nu, out, shift, rows_per_cta, min(max_nu, INT32_MAX))
+    return out
 
 
 def _nothing_to_read(plan: SparseAttentionPlan) -> bool:

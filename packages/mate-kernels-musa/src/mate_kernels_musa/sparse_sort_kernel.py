@@ -1,0 +1,150 @@
+"""Per-row ordering of the selected token ids before the paged kernel (prefill chunks on the union path).
+
+One CTA per query row: a counting sort of the row's ``T`` token ids by context region
+(``REGIONS`` regions of ``2^shift`` request-local ids; ids below 0 go to the first, ids past
+the last region to the last), written to ``SO[r, :T]``. The paged kernel then walks every
+row's selection region by region, so the CTAs that run side by side on one request read the
+same part of its cache at about the same time and share it through the L2: the uniform-block
+prefill of issue 4 is held by L2 traffic (96.8% busy in Nsight Compute, 21.8% hit rate), not
+by the SMs. Softmax and gate do not depend on the order of a row's slots: the result changes
+only by FP32 summation order, and the order is a function of the ids alone, so results stay
+bitwise repeatable.
+
+Thread ``t`` holds slots ``t, t + threads, ...`` (coalesced loads). Pass 1 counts its slots
+per region into column ``t`` of a ``[REGIONS, threads]`` int16 table (skewed every 64
+entries, so the scan's per-thread chunks start on distinct banks); one exclusive scan of the
+table in region-major order gives every (region, thread) its first output slot; pass 2 puts
+each thread's slots there (within a region: by thread, then by slot) in shared memory, and the
+row is stored coalesced.
+
+Rows of groups the union kernel computes (``NU[r // u_rows] <= max_nu``) are skipped: the
+paged kernel does not read their ids, and ``SO`` keeps whatever it held there. Rows the union
+prep left unmeasured (``NU = UNMEASURED``: the decode rows of a mixed batch, one row of a
+request among unrelated ones) are copied in the given order. The others (groups the prep
+measured and rejected: prefill rows that share little) are ordered.
+
+Measured (H200, session 12, the 4096-row prefill of ``benchmarks.bench_sparse``, 2051-slot
+selections, CUDA-graph medians after a read flush, us): the paged kernel alone on uniform
+blocks took 2641 / 2800 with each row fully sorted beforehand, 3070 / 3276 as given. Sorts
+that cost more than they gain: a bitonic sort in shared memory (one CTA per row, 78 stages)
+800 for the 4096 rows, ``torch.sort`` 407, Triton's ``tl.sort`` 1970; a first version of
+this kernel with contiguous per-thread slots (strided loads, scattered 4-byte global stores)
+116.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+from typing import Any
+
+from .sparse_union_fused_kernel import UNMEASURED
+
+__all__ = ["sparse_sort_kernel", "SORT_CAP", "REGIONS", "region_shift"]
+
+SORT_CAP = 4096  # largest selection width one CTA orders
+REGIONS = 64  # NBK: context regions per request
+
+
+def region_shift(capacity: int) -> int:
+    """``shift`` such that ``REGIONS`` regions of ``2^shift`` ids cover ``capacity`` request-local ids."""
+    return max(0, (max(capacity, 1) - 1).bit_length() - (REGIONS - 1).bit_length())
+
+
+def sparse_sort_kernel(threads: int) -> Any:
+    """Build the prim_func.
+
+    Parameters
+    ----------
+    threads : int
+        Threads per CTA (a power of two dividing ``SORT_CAP``; ``REGIONS * threads`` a multiple
+        of ``threads``).
+
+    Kernel arguments
+    ----------------
+    TI [rows, T] int32 token ids (runtime strides, ``T <= SORT_CAP``); NU [n_groups] int32
+    union sizes from the union prep; SO [rows, T] int32 output (contiguous); scalars
+    ``shift`` (:func:`region_shift` of the K/V capacity), ``u_rows`` (rows per group) and
+    ``max_nu`` (groups with ``NU <= max_nu`` are skipped).
+    """
+    import tilelang.language as T
+
+    NBK = REGIONS
+    S = SORT_CAP // threads  # slots per thread
+    CPT = NBK  # table entries each thread scans (the table has NBK * threads of them)
+    W = threads // 32
+    SKEW = 64  # every 64 table entries, 2 int16 of padding: a thread's scan chunk starts on its own bank
+
+    def at(e):
+        return e + 2 * (e // SKEW)
+
+    rows, n_tok, n_grp = T.dynamic("rows, n_tok, n_grp")
+    st = T.dynamic("st0, st1", "int64")
+
+    @T.prim_func
+    def main(
+        TI: T.StridedTensor([rows, n_tok], st, "int32"),
+        NU: T.Tensor([n_grp], "int32"),
+        SO: T.Tensor([rows, n_tok], "int32"),
+        shift: T.int32,
+        u_rows: T.int32,
+        max_nu: T.int32,
+    ):
+        with T.Kernel(rows, threads=threads) as r:
+            cnt = T.alloc_shared([at(NBK * threads)], "int16", scope="shared")  # entry b * threads + t at at(.)
+            out_s = T.alloc_shared([SORT_CAP], "int32", scope="shared")
+            wsum = T.alloc_shared([W], "int32", scope="shared")
+            ids = T.alloc_local([S], "int32")
+            reg = T.alloc_local([S], "int32")
+            tx = T.get_thread_binding()
+            nu = T.alloc_var("int32", init=NU[r // u_rows])
+            if nu == UNMEASURED:
+                # Rows the union prep did not measure (decode rows of a mixed batch): given order.
+                for k in T.unroll(S):
+                    if k * threads + tx < n_tok:
+                        SO[r, k * threads + tx] = TI[r, k * threads + tx]
+            elif nu > max_nu:
+                for b in T.serial(NBK):
+                    cnt[at(b * threads + tx)] = T.int16(0)
+                for k in T.unroll(S):
+                    ids[k] = TI[r, T.min(k * threads + tx, n_tok - 1)]
+                    reg[k] = T.min(T.max(ids[k], 0) >> shift, NBK - 1)
+                for k in T.unroll(S):
+                    if k * threads + tx < n_tok:  # the thread's own column: no other thread touches it
+                        cnt[at(reg[k] * threads + tx)] = cnt[at(reg[k] * threads + tx)] + T.int16(1)
+                T.sync_threads()
+                # Exclusive scan of the table in region-major order: each thread its CPT entries,
+                # then the threads' totals across the CTA.
+                tot = T.alloc_var("int32", init=0)
+                for c in T.serial(CPT):
+                    tot = tot + T.cast(cnt[at(tx * CPT + c)], "int32")
+                inc = T.alloc_var("int32", init=tot)
+                for o in T.unroll(5):
+                    up = T.shfl_up(inc, 1 << o)
+                    if tx % 32 >= (1 << o):
+                        inc = inc + up
+                if tx % 32 == 31:
+                    wsum[tx // 32] = inc
+                T.sync_threads()
+                base = T.alloc_var("int32", init=inc - tot)
+                for w in T.serial(W):
+                    if w < tx // 32:
+                        base = base + wsum[w]
+                for c in T.serial(CPT):
+                    v = T.cast(cnt[at(tx * CPT + c)], "int32")
+                    cnt[at(tx * CPT + c)] = T.cast(base, "int16")
+                    base = base + v
+                T.sync_threads()
+                for k in T.unroll(S):
+                    if k * threads + tx < n_tok:
+                        pos = T.cast(cnt[at(reg[k] * threads + tx)], "int32")
+                        cnt[at(reg[k] * threads + tx)] = T.cast(pos + 1, "int16")
+                        out_s[pos] = ids[k]
+                T.sync_threads()
+                for k in T.unroll(S):
+                    if k * threads + tx < n_tok:
+                        SO[r, k * threads + tx] = out_s[k * threads + tx]
+
+    return main
+
+
+# The kernel places its own barriers: TileLang's planner cannot tell the data-dependent shared
+# indices of the passes apart and would add more.
+sparse_sort_kernel.pass_configs = {"cuda": {"tl.disable_thread_storage_sync": True}}  # type: ignore[attr-defined]
