@@ -202,7 +202,7 @@ def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     assert torch.equal(out[kind == 1], expect[kind == 1])
 
 
-def test_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
+def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
     """Default rule on a prefill chunk of random, barely overlapping selections: every group is
     left to the paged kernel, which reads the sorted ids; correct, and bitwise equal on a rerun."""
     from mate_kernels_musa import sparse_attention, sparse_launch
