@@ -410,6 +410,18 @@ def physical_case(
     return Case(kwargs, base, notes, bases)
 
 
+def region_order(ids: torch.Tensor, shift: int, threads: int) -> torch.Tensor:
+    """Every row of ``ids`` ``[rows, T]`` in ``sparse_sort_kernel``'s order: by context region
+    ``clamp(max(id, 0) >> shift, 0, REGIONS - 1)``, within a region by thread ``slot % threads``,
+    then by ``slot // threads``."""
+    from mate_kernels_musa.sparse_sort_kernel import REGIONS, SORT_CAP
+
+    slot = torch.arange(ids.shape[-1], device=ids.device)
+    region = (ids.clamp(min=0) >> shift).clamp(max=REGIONS - 1)
+    key = region * SORT_CAP + (slot % threads) * (SORT_CAP // threads) + slot // threads
+    return torch.gather(ids, -1, torch.argsort(key, dim=-1))
+
+
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative L2 error of ``a`` against ``b`` (FP64), 0 when both are zero."""
     a, b = a.double(), b.double()

@@ -203,21 +203,17 @@ def _emulate_finalize(dtype, gate_dtype, threads):
 
 
 def _emulate_sort(threads):
-    """The per-row order of ``sparse_sort_kernel``: unmeasured groups as given, rejected groups by
-    context region (within a region by thread ``slot % threads``, then by ``slot // threads``)."""
-    from mate_kernels_musa.sparse_sort_kernel import REGIONS, SORT_CAP
+    """The per-row order of ``sparse_sort_kernel``: unmeasured groups as given, rejected groups in
+    ``cases.region_order``."""
     from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
 
     def run(TI, NU, SO, shift, u_rows, max_nu):
-        slot = torch.arange(TI.shape[1], device=TI.device)
         for r in range(TI.shape[0]):
             nu = int(NU[r // u_rows])
             if nu == UNMEASURED:
                 SO[r] = TI[r]
             elif nu > max_nu:
-                region = (TI[r].clamp(min=0) >> shift).clamp(max=REGIONS - 1)
-                key = region * SORT_CAP + (slot % threads) * (SORT_CAP // threads) + slot // threads
-                SO[r] = TI[r][torch.argsort(key)]
+                SO[r] = cases.region_order(TI[r], shift, threads)
 
     return run
 

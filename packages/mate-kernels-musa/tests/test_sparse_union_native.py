@@ -175,7 +175,7 @@ def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     ``SORT_CAP``: None."""
     from mate_core import plan_sparse_attention
     from mate_kernels_musa.sparse_launch import _ids, _paged_kv
-    from mate_kernels_musa.sparse_sort_kernel import REGIONS, SORT_CAP, region_shift
+    from mate_kernels_musa.sparse_sort_kernel import SORT_CAP, region_shift
     from mate_kernels_musa.sparse_union import SORT_THREADS, sorted_ids
     from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
 
@@ -195,10 +195,7 @@ def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     assert (kind == 1).any() and (kind == 2).any(), kind
     assert torch.equal(out[kind == 2], ids[kind == 2])
     _, _, table, page_size = _paged_kv(native)
-    slot = torch.arange(width, device="cuda")
-    region = (ids.clamp(min=0) >> region_shift(table.shape[1] * page_size)).clamp(max=REGIONS - 1)
-    key = region * SORT_CAP + (slot % SORT_THREADS) * (SORT_CAP // SORT_THREADS) + slot // SORT_THREADS
-    expect = torch.gather(ids, 1, torch.argsort(key, dim=1))
+    expect = cases.region_order(ids, region_shift(table.shape[1] * page_size), SORT_THREADS)
     assert torch.equal(out[kind == 1], expect[kind == 1])
 
 

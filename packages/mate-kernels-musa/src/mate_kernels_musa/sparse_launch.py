@@ -9,8 +9,8 @@ tensors with their runtime strides and launches on the current stream:
    and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
    share most of their blocks, as neighbouring prefill rows do) are computed by the union
    kernel with one K/V gather per union token; the paged kernel skips those rows, and
-   :mod:`.sparse_sort_kernel` sorts the token ids of the rows it computes (the CTAs of one
-   request then read its cache in step and share it through the L2);
+   :mod:`.sparse_sort_kernel` orders the token ids of the rows it computes by context region
+   (the CTAs of one request then read its cache in step and share it through the L2);
 1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
    ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
    partial outputs and LSE per split, and

@@ -54,8 +54,7 @@ def sparse_sort_kernel(threads: int) -> Any:
     Parameters
     ----------
     threads : int
-        Threads per CTA (a power of two dividing ``SORT_CAP``; ``REGIONS * threads`` a multiple
-        of ``threads``).
+        Threads per CTA (a multiple of 32 dividing ``SORT_CAP``).
 
     Kernel arguments
     ----------------
@@ -70,7 +69,7 @@ def sparse_sort_kernel(threads: int) -> Any:
     S = SORT_CAP // threads  # slots per thread
     CPT = NBK  # table entries each thread scans (the table has NBK * threads of them)
     W = threads // 32
-    SKEW = 64  # every 64 table entries, 2 int16 of padding: a thread's scan chunk starts on its own bank
+    SKEW = CPT  # after each thread's scan chunk, 2 int16 of padding: the chunks start on distinct banks
 
     def at(e):
         return e + 2 * (e // SKEW)
