@@ -128,8 +128,9 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
     """The fused union prep: per group of ``R`` rows, the distinct physical rows their used slots
     name and each row's count of each (in ascending order; the kernel's own order is another);
     ``U``/``C`` of groups with a union above ``max_nu`` are not written; groups with a row of a
-    request of fewer than ``min_rows`` rows (not in ``PHYSICAL`` mode) get ``NU = UNMEASURED`` only."""
-    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
+    request of fewer than ``min_rows`` rows (not in ``PHYSICAL`` mode) get ``NU = UNMEASURED`` only; a
+    group whose bitmap bound exceeds ``max_nu`` gets ``NU`` = that bound."""
+    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED, seen_bit
 
     def run(TI, BT, U, C, NU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp, pages,
             page_size, max_nu, min_rows):  # fmt: skip
@@ -148,8 +149,9 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
                     pg = int(BT[req, min(t // page_size, max_pages - 1)]) if 0 <= t <= lim else -1
                     if 0 <= pg < pages:
                         counts.setdefault(pg * page_size + t % page_size, [0] * r_grp)[i] += 1
-            NU[g] = len(counts)
-            if len(counts) > max_nu:
+            bound = len({seen_bit(x) for x in counts})  # the bitmap's popcount: early exit past max_nu
+            NU[g] = bound if bound > max_nu else len(counts)
+            if NU[g] > max_nu:
                 continue
             for u, x in enumerate(sorted(counts)):
                 U[g, u] = x

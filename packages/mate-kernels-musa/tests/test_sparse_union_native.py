@@ -106,6 +106,18 @@ def _sorted_union(u: torch.Tensor, nu: torch.Tensor, c: torch.Tensor, width: int
     return key.gather(1, order), cs, live
 
 
+def _seen_bound(u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+    """Per group, the distinct bitmap bits (``seen_bit``) of its union ``U[g, :NU[g]]``: the fused
+    prep's lower bound of the union, int32."""
+    from mate_kernels_musa.sparse_union_fused_kernel import SEEN_BITS, seen_bit
+
+    live = torch.arange(u.shape[1], device=u.device)[None, :] < nu[:, None]
+    bits = torch.where(live, seen_bit(u.long()), SEEN_BITS).sort(dim=1).values
+    new = torch.ones_like(bits, dtype=torch.bool)
+    new[:, 1:] = bits[:, 1:] != bits[:, :-1]
+    return (new & (bits < SEEN_BITS)).sum(1).to(torch.int32)
+
+
 @pytest.mark.parametrize("r", ROWS_PER_CTA)
 def test_fused_prep_matches_torch_prep(r: int, gen: torch.Generator) -> None:
     """The fused prep kernel equals the torch prep on every slot below NU, in its own order, deterministically.
@@ -143,9 +155,35 @@ def test_fused_prep_matches_torch_prep(r: int, gen: torch.Generator) -> None:
         assert u3.shape[1] == w3 and c3.shape[2] == w3, (u3.shape, c3.shape)
         kept = (live_u & (nu1 <= cap)[:, None])[:, :w3]
         kept_c = kept[:, None, :].expand(-1, r, -1)
-        assert torch.equal(nu3, nu1), (width, case.notes)
+        # A group whose bitmap bound exceeds the cap exits early with NU = that bound.
+        bound = _seen_bound(u1, nu1)
+        assert torch.equal(nu3, torch.where(bound > cap, bound, nu1)), (width, case.notes)
         assert torch.equal(u3[kept], u1[:, :w3][kept]), (width, case.notes)
         assert torch.equal(c3[kept_c], c1[:, :, :w3][kept_c]), (width, case.notes)
+
+
+def test_prep_early_exit_bound() -> None:
+    """The fused prep's early exit: rows ``x`` and ``(x ^ 1) + SEEN_BITS`` of a 2^17-row pool share a
+    bitmap bit, so a union of 2000 rows has the bound 1000. Under a cap below the bound the group
+    stops with ``NU`` = the bound; under a cap between bound and union it is measured exactly."""
+    from mate_core import plan_sparse_attention
+    from mate_kernels_musa.sparse_union import prepare_union
+    from mate_kernels_musa.sparse_union_fused_kernel import SEEN_BITS, seen_bit
+
+    page_size, pages, rows = 64, 2048, 4
+    low = torch.arange(1000, dtype=torch.int32)
+    ids = torch.cat([low, (low ^ 1) + SEEN_BITS])  # seen_bit((x ^ 1) + SEEN_BITS) == seen_bit(x) == x
+    assert torch.equal(seen_bit(ids[1000:]), low)
+    cache = torch.randn(pages, page_size, 1, 256, dtype=torch.bfloat16, device="cuda")
+    native = plan_sparse_attention(
+        query=torch.randn(rows, 1, 256, dtype=torch.bfloat16, device="cuda"), key=cache, value=cache,
+        token_indices=ids.repeat(rows, 1).cuda(), cu_seqlens_q=torch.tensor([0, rows], dtype=torch.int32).cuda(),
+        seq_lens_k=torch.tensor([pages * page_size], dtype=torch.int32).cuda(),
+        block_table=torch.arange(pages, dtype=torch.int32).view(1, pages).cuda(), backend="tilelang",
+    )  # fmt: skip
+    for cap, expect in ((None, 2000), (1500, 2000), (1000, 2000), (999, 1000), (0, 1000)):
+        _, nu, _ = prepare_union(native, rows, "fused", **({} if cap is None else {"max_nu": cap}))
+        assert nu.tolist() == [expect], (cap, nu.tolist())
 
 
 @pytest.mark.parametrize("method", ["torch", "fused"])

@@ -255,7 +255,9 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
     max(1, min(R T, max_nu))``,
     with the meaning of :func:`union_prep`'s, the union in the kernel's own deterministic
     order; only slots ``u < NU[g]`` are written, and only for groups with ``NU[g] <= max_nu``
-    (the others are left to the paged kernel). ``row_args`` as for :func:`resolve_physical`.
+    (the others are left to the paged kernel). Where the union exceeds ``max_nu``, ``NU[g]`` may
+    be a lower bound of it (still ``> max_nu``: the kernel's bitmap early exit), not its size.
+    ``row_args`` as for :func:`resolve_physical`.
     ``min_rows > 0``: groups with a row of a request of fewer query rows get
     ``NU[g] = UNMEASURED`` and nothing else (their token ids are not read); this needs
     ``max_nu < UNMEASURED`` so that every consumer leaves them to the paged kernel.

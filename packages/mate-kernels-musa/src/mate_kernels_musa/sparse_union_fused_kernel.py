@@ -26,6 +26,13 @@ rows (the decode rows of a mixed batch) writes ``NU[g] = UNMEASURED`` right afte
 rows and stops: no token id is read, no bucket touched, and every consumer leaves the group to
 the paged kernel.
 
+Early exit (``max_nu``): the loading pass also sets bit :func:`seen_bit` of each used entry in
+a ``SEEN_BITS``-bit map; its popcount ``lb`` is a lower bound of the union (rows that share a
+bit collapse). A group with ``lb > max_nu`` goes to the paged kernel whatever its exact union, so
+it writes ``NU[g] = lb`` and stops before the bucket passes. So ``NU[g]`` is the union size
+where it is ``<= max_nu``, and otherwise a value in ``(max_nu, union]``: every consumer only
+compares it with ``max_nu`` (and ``UNMEASURED``).
+
 Every slot ``u < NU[g]`` of ``U`` and ``C`` is written (of groups with ``NU[g] <= max_nu``),
 nothing else: neither output is zero-filled. Cost per entry is linear in its bucket's size
 (quadratic in the worst case of one token selected thousands of times, still correct).
@@ -49,6 +56,24 @@ kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Sess
   3270. With 4096 buckets (fewer entries per bucket, 84 KB of shared memory) 220 / 204.
 * Not kept: every token id, then every page entry, loaded in two batched passes before
   the bucket counts (484 / 452).
+
+The bitmap early exit (session 13, same process, three interleaved rounds, CUDA-graph medians
+after a read flush, us; the prep alone at the launcher's ``max_nu`` = 4922, then the default
+call; HEAD's prep in the other column, probe ``.devrun/s13_prep_ab.py``):
+
+=================  =====================  =====================
+case               with the early exit    without
+=================  =====================  =====================
+prep, uniform      65.0 / 65.2 / 65.3     112.7 / 114.1 / 115.7
+prep, 90% overlap  221.5 / 219.5 / 219.2  215.9 / 215.9 / 215.6
+prep, mixed batch  118.5 / 117.5 / 117.5  116.1 / 115.8 / 116.0
+call, uniform      2761 / 2723 / 2740     2757 / 2790 / 2792
+call, 90% overlap  1659 / 1643 / 1637     1636 / 1636 / 1640
+call, mixed batch  1428 / 1350 / 1349     1353 / 1347 / 1352
+=================  =====================  =====================
+
+Every uniform group exits (its union holds nearly all of its 8204 slots); the groups that take the
+union path pay the bitmap's atomics and popcount, ~2% of their prep.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -56,9 +81,21 @@ from typing import Any
 
 from ._sparse_macros import resolve_row_limit, row_mode, slot_page
 
-__all__ = ["sparse_union_fused_kernel", "UNMEASURED"]
+__all__ = ["sparse_union_fused_kernel", "UNMEASURED", "SEEN_BITS", "seen_bit"]
 
 UNMEASURED = 2**31 - 1  # NU of a group left to the paged kernel without measuring its union (min_rows)
+SEEN_SHIFT = 15
+SEEN_BITS = 1 << SEEN_SHIFT  # bits (4 KiB) of the shared-memory bitmap whose popcount bounds a group's union from below
+
+
+def seen_bit(x: Any) -> Any:
+    """Bit of physical cache row ``x >= 0`` in the group's bitmap (a Python int or a TIR expression).
+
+    Distinct rows may share a bit, never the reverse, so the bitmap's popcount is a lower bound
+    of the union size whatever the rows are; the fold only keeps it tight on pools past
+    ``SEEN_BITS`` rows.
+    """
+    return (x ^ (x >> SEEN_SHIFT)) & (SEEN_BITS - 1)
 
 
 def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, buckets: int, count_dtype: str) -> Any:
@@ -83,8 +120,9 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     block table; U [n_groups, W] int32, C [n_groups, R, W] count_dtype, NU [n_groups] int32
     outputs (``n_groups = ceil(rows / R)``, ``W >= min(R * T, max_nu)``); CU, R3, SLQ, SLK, QP and the
     scalars mode, q_len, n_iter, cap, has_slq, has_slk, has_qp: the row metadata of
-    ``sparse_paged_kernel``; pages, page_size; max_nu: groups with ``NU[g] > max_nu`` write
-    ``NU[g]`` only (the launcher sends them to the paged kernel); min_rows: a group with a
+    ``sparse_paged_kernel``; pages, page_size; max_nu: groups whose union exceeds it write
+    ``NU[g]`` only, the union size or a bitmap lower bound above ``max_nu`` (the launcher sends
+    them to the paged kernel); min_rows: a group with a
     row of a request of fewer rows (``PHYSICAL`` mode: none) reads no token id and writes
     ``NU[g] = UNMEASURED`` only, right after resolving its rows (0 = measure every group;
     needs ``max_nu < UNMEASURED``).
@@ -101,8 +139,9 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     KP = -(-TC // threads)  # slots of one row per thread
     per_thread = -(-NMAX // threads)
     NPK = -(-R // 4)  # int64 packs of 4 16-bit row counts
+    SEEN_WORDS = SEEN_BITS // 32
     CANON = 64  # flag bit in an entry's row byte (rows < 64)
-    if NB & (NB - 1) or NB % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
+    if NB & (NB - 1) or NB % threads or SEEN_WORDS % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit(with_count=True)
     slot = slot_page()
@@ -175,6 +214,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             req_s = T.alloc_shared([R], "int32")
             lim_s = T.alloc_shared([R], "int32")
             small_s = T.alloc_shared([R], "int32")
+            seen = T.alloc_shared([SEEN_WORDS], "uint32")  # the lower-bound bitmap (early exit)
+            pop_s = T.alloc_shared([NBR], "int32")  # per-warp popcounts of the bitmap
             xl = T.alloc_local([R * KP], "int32")
             tx = T.get_thread_binding()
 
@@ -198,6 +239,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                     b = k * threads + tx
                     cnt[b // NBC, b % NBC] = 0
                     dist[b // NBC, b % NBC] = 0
+                for k in T.serial(SEEN_WORDS // threads):
+                    seen[k * threads + tx] = T.uint32(0)
                 T.sync_threads()
                 for i in T.serial(R):
                     for k in T.serial(KP):
@@ -210,67 +253,87 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                         xl[i * KP + k] = x
                         if x >= 0:
                             T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
-                scan(cnt, off, 0, tx)
+                            # CUDA's atomicOr (TileLang's atomic_or emits a global-space red).
+                            T.call_extern("uint32", "atomicOr", T.address_of(seen[seen_bit(x) >> 5]),
+                                          T.shift_left(T.uint32(1), T.cast(seen_bit(x) & 31, "uint32")))
                 T.sync_threads()
-                n_valid = off[0, NBR]
-                for i in T.unroll(R):  # unrolled: xl stays in registers
-                    for k in T.unroll(KP):
-                        # Counting-sort scatter: the bucket's inclusive end counts down, so cnt ends as
-                        # each bucket's first entry. Unused slots write to the spare entry NMAX (no
-                        # shared store under a data-dependent `if`).
-                        x = T.alloc_var("int32", init=xl[i * KP + k])
-                        b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
-                        pos = T.alloc_var("int32", init=NMAX)
-                        if x >= 0:
-                            pos = off[0, b // NBC] + T.atomic_add(cnt[b // NBC, b % NBC], -1, return_prev=True) - 1
-                        sx[pos] = x
-                        sr[pos] = T.cast(i, "int8")
+                # lb: the bitmap's popcount, summed per warp, then over the warps (NBR = threads // 32).
+                lb = T.alloc_var("int32", init=0)
+                for k in T.serial(SEEN_WORDS // threads):
+                    lb = lb + T.cast(T.popcount(seen[k * threads + tx]), "int32")
+                lb = T.warp_reduce_sum(lb)
+                if tx % 32 == 0:
+                    pop_s[tx // 32] = lb
                 T.sync_threads()
-                for k in T.serial(per_thread):
-                    q = k * threads + tx
-                    if q < n_valid:
-                        # Canonical: no earlier entry of the bucket holds the token. Which copy that is
-                        # depends on the atomics; U, C and NU do not.
-                        x, b, beg, size = span(sx, cnt, off, n_valid, q)
-                        first = T.alloc_var("int32", init=1)
-                        for t in T.serial(q - beg):
-                            if sx[beg + t] == x:
-                                first = 0
-                        if first != 0:
-                            sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
-                            T.atomic_add(dist[b // NBC, b % NBC], 1)
-                scan(dist, off, 1, tx)
-                if tx == 0:
-                    NU[g] = off[1, NBR]
-                T.sync_threads()
-                # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
-                keep = T.if_then_else(off[1, NBR] <= max_nu, 1, 0)
-                for k in T.serial(per_thread * keep):
-                    q = k * threads + tx
-                    if q < n_valid:
-                        if canonical(sr[q]):
+                lb = pop_s[0]
+                for w in T.unroll(1, NBR):
+                    lb = lb + pop_s[w]
+                if lb > max_nu:
+                    # The union is at least lb: the paged kernel takes the group, no bucket pass.
+                    if tx == 0:
+                        NU[g] = lb
+                else:
+                    scan(cnt, off, 0, tx)
+                    T.sync_threads()
+                    n_valid = off[0, NBR]
+                    for i in T.unroll(R):  # unrolled: xl stays in registers
+                        for k in T.unroll(KP):
+                            # Counting-sort scatter: the bucket's inclusive end counts down, so cnt ends as
+                            # each bucket's first entry. Unused slots write to the spare entry NMAX (no
+                            # shared store under a data-dependent `if`).
+                            x = T.alloc_var("int32", init=xl[i * KP + k])
+                            b = T.alloc_var("int32", init=bucket(T.max(x, 0)))
+                            pos = T.alloc_var("int32", init=NMAX)
+                            if x >= 0:
+                                pos = off[0, b // NBC] + T.atomic_add(cnt[b // NBC, b % NBC], -1, return_prev=True) - 1
+                            sx[pos] = x
+                            sr[pos] = T.cast(i, "int8")
+                    T.sync_threads()
+                    for k in T.serial(per_thread):
+                        q = k * threads + tx
+                        if q < n_valid:
+                            # Canonical: no earlier entry of the bucket holds the token. Which copy that is
+                            # depends on the atomics; U, C and NU do not.
                             x, b, beg, size = span(sx, cnt, off, n_valid, q)
-                            u = T.alloc_var("int32", init=0)
-                            if b > 0:
-                                u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
-                            # One pass over the bucket for the slot and every row's count: row j's
-                            # count in bits 16 (j % 4) of pack j // 4 (a count is at most T < 2^16).
-                            cp = T.alloc_local([NPK], "int64")
-                            for p in T.unroll(NPK):
-                                cp[p] = 0
-                            for t in T.serial(size):
-                                y = sx[beg + t]
-                                rb = sr[beg + t]
-                                j = T.bitwise_and(T.cast(rb, "int32"), CANON - 1)
-                                if y < x and canonical(rb):
-                                    u = u + 1
+                            first = T.alloc_var("int32", init=1)
+                            for t in T.serial(q - beg):
+                                if sx[beg + t] == x:
+                                    first = 0
+                            if first != 0:
+                                sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
+                                T.atomic_add(dist[b // NBC, b % NBC], 1)
+                    scan(dist, off, 1, tx)
+                    if tx == 0:
+                        NU[g] = off[1, NBR]
+                    T.sync_threads()
+                    # A group whose union exceeds max_nu goes to the paged kernel: U and C are not read.
+                    keep = T.if_then_else(off[1, NBR] <= max_nu, 1, 0)
+                    for k in T.serial(per_thread * keep):
+                        q = k * threads + tx
+                        if q < n_valid:
+                            if canonical(sr[q]):
+                                x, b, beg, size = span(sx, cnt, off, n_valid, q)
+                                u = T.alloc_var("int32", init=0)
+                                if b > 0:
+                                    u = off[1, (b - 1) // NBC] + dist[(b - 1) // NBC, (b - 1) % NBC]
+                                # One pass over the bucket for the slot and every row's count: row j's
+                                # count in bits 16 (j % 4) of pack j // 4 (a count is at most T < 2^16).
+                                cp = T.alloc_local([NPK], "int64")
                                 for p in T.unroll(NPK):
-                                    if y == x and j // 4 == p:
-                                        cp[p] = cp[p] + T.shift_left(T.int64(1), 16 * (j % 4))
-                            U[g, T.min(u, width - 1)] = x
-                            for j in T.unroll(R):
-                                c = T.shift_right(cp[j // 4], 16 * (j % 4)) & 0xFFFF
-                                C[g, j, T.min(u, width - 1)] = T.cast(c, count_dtype)
+                                    cp[p] = 0
+                                for t in T.serial(size):
+                                    y = sx[beg + t]
+                                    rb = sr[beg + t]
+                                    j = T.bitwise_and(T.cast(rb, "int32"), CANON - 1)
+                                    if y < x and canonical(rb):
+                                        u = u + 1
+                                    for p in T.unroll(NPK):
+                                        if y == x and j // 4 == p:
+                                            cp[p] = cp[p] + T.shift_left(T.int64(1), 16 * (j % 4))
+                                U[g, T.min(u, width - 1)] = x
+                                for j in T.unroll(R):
+                                    c = T.shift_right(cp[j // 4], 16 * (j % 4)) & 0xFFFF
+                                    C[g, j, T.min(u, width - 1)] = T.cast(c, count_dtype)
 
     return main
 
