@@ -49,7 +49,7 @@ kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Sess
   passes over the bucket, now one: 252 / 232-243, outputs identical.
 * TileLang's sync planner had put two to four barriers in each slot iteration (it cannot
   tell the data-dependent shared indices apart); the kernel places its phase barriers
-  itself (8 then, 9 since the early exit below) (376 / 342 on their own).
+  itself (8 then; 10 since the early exits below) (376 / 342 on their own).
 * The canonical test scanned the whole bucket against a per-entry tie-break key (``int16``
   in shared memory, written by the scatter); scanning only the earlier entries needs no key:
   255 -> 213 / 236 -> 196 (U, C and NU identical), whole union call 1694 -> 1650 / 3295 ->
@@ -171,9 +171,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
 
     @T.macro
     def scan(counts, off, j, tx):
-        """Per-bucket ``counts`` -> their inclusive scan along each row; ``off[j]`` the row offsets
-        (thread 0 only; the caller's barrier publishes them)."""
-        T.sync_threads()
+        """Per-bucket ``counts`` (complete: the caller's barrier precedes) -> their inclusive scan
+        along each row; ``off[j]`` the row offsets (thread 0 only; the caller's barrier publishes them)."""
         T.cumsum(src=counts, dim=1)
         T.sync_threads()
         if tx == 0:
@@ -273,7 +272,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                     if tx == 0:
                         NU[g] = lb
                 else:
-                    scan(cnt, off, 0, tx)
+                    scan(cnt, off, 0, tx)  # the counts are complete: the barrier above
                     T.sync_threads()
                     n_valid = off[0, NBR]
                     for i in T.unroll(R):  # unrolled: xl stays in registers
@@ -302,6 +301,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                             if first != 0:
                                 sr[q] = T.cast(T.bitwise_or(T.cast(sr[q], "int32"), CANON), "int8")
                                 T.atomic_add(dist[b // NBC, b % NBC], 1)
+                    T.sync_threads()
                     scan(dist, off, 1, tx)
                     if tx == 0:
                         NU[g] = off[1, NBR]
