@@ -11,9 +11,10 @@ only by FP32 summation order, and the order is a function of the ids alone, so r
 bitwise repeatable.
 
 Thread ``t`` holds slots ``t, t + threads, ...`` (coalesced loads). Pass 1 counts its slots
-per region into column ``t`` of a ``[REGIONS, threads]`` int16 table (skewed every 64
-entries, so the scan's per-thread chunks start on distinct banks); one exclusive scan of the
-table in region-major order gives every (region, thread) its first output slot; pass 2 puts
+per region into column ``t`` of a ``[REGIONS, threads]`` int16 table; one exclusive scan of the
+table in region-major order gives every (region, thread) its first output slot (each thread
+scans a chunk of 64 consecutive entries with 16-byte loads and stores; the chunks are padded by
+16 bytes, so eight neighbouring threads' accesses fall on distinct bank groups); pass 2 puts
 each thread's slots there (within a region: by thread, then by slot) in shared memory, and the
 row is stored coalesced.
 
@@ -29,7 +30,9 @@ blocks took 2641 / 2800 with each row fully sorted beforehand, 3070 / 3276 as gi
 that cost more than they gain: a bitonic sort in shared memory (one CTA per row, 78 stages)
 800 for the 4096 rows, ``torch.sort`` 407, Triton's ``tl.sort`` 1970; a first version of
 this kernel with contiguous per-thread slots (strided loads, scattered 4-byte global stores)
-116.
+116. Session 13 (same process, three rounds, probe ``.devrun/s13_sort_ab.py``): the table scans
+with 16-byte accesses (and 64 registers instead of 72, so four CTAs per SM instead of three)
+55-59 against 65-67 with one 2-byte access per entry, the same output.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -69,10 +72,17 @@ def sparse_sort_kernel(threads: int) -> Any:
     S = SORT_CAP // threads  # slots per thread
     CPT = NBK  # table entries each thread scans (the table has NBK * threads of them)
     W = threads // 32
-    SKEW = CPT  # after each thread's scan chunk, 2 int16 of padding: the chunks start on distinct banks
+    VEC = 8  # int16 per 16-byte access
+    # Each thread's scan chunk is padded by 16 bytes, so the 16-byte accesses of 8 neighbouring
+    # threads (one shared-memory wavefront) start on distinct bank groups.
+    CHUNK = CPT + VEC
+    if threads % 32 or SORT_CAP % threads or CPT % VEC:
+        raise ValueError(f"unsupported sort shape: threads={threads}")
+
+    ROLLED = {"pragma_unroll_factor": 1}
 
     def at(e):
-        return e + 2 * (e // SKEW)
+        return e + VEC * (e // CPT)
 
     rows, n_tok, n_grp = T.dynamic("rows, n_tok, n_grp")
     st = T.dynamic("st0, st1", "int64")
@@ -87,11 +97,12 @@ def sparse_sort_kernel(threads: int) -> Any:
         max_nu: T.int32,
     ):
         with T.Kernel(rows, threads=threads) as r:
-            cnt = T.alloc_shared([at(NBK * threads)], "int16", scope="shared")  # entry b * threads + t at at(.)
+            cnt = T.alloc_shared([CHUNK * threads], "int16", scope="shared")  # entry b * threads + t at at(.)
             out_s = T.alloc_shared([SORT_CAP], "int32", scope="shared")
             wsum = T.alloc_shared([W], "int32", scope="shared")
             ids = T.alloc_local([S], "int32")
             reg = T.alloc_local([S], "int32")
+            part = T.alloc_local([VEC], "int16")  # 16 bytes of this thread's scan chunk (at(tx * CPT + c) = tx * CHUNK + c)
             tx = T.get_thread_binding()
             nu = T.alloc_var("int32", init=NU[r // u_rows])
             if nu == UNMEASURED:
@@ -100,8 +111,9 @@ def sparse_sort_kernel(threads: int) -> Any:
                     if k * threads + tx < n_tok:
                         SO[r, k * threads + tx] = TI[r, k * threads + tx]
             elif nu > max_nu:
-                for b in T.serial(NBK):
-                    cnt[at(b * threads + tx)] = T.int16(0)
+                for c in T.vectorized(CPT):  # the table is zeroed chunk by chunk (16-byte stores)
+                    cnt[tx * CHUNK + c] = T.int16(0)
+                T.sync_threads()
                 for k in T.unroll(S):
                     ids[k] = TI[r, T.min(k * threads + tx, n_tok - 1)]
                     reg[k] = T.min(T.max(ids[k], 0) >> shift, NBK - 1)
@@ -112,8 +124,13 @@ def sparse_sort_kernel(threads: int) -> Any:
                 # Exclusive scan of the table in region-major order: each thread its CPT entries,
                 # then the threads' totals across the CTA.
                 tot = T.alloc_var("int32", init=0)
-                for c in T.serial(CPT):
-                    tot = tot + T.cast(cnt[at(tx * CPT + c)], "int32")
+                # Both chunk loops stay rolled (#pragma unroll 1): unrolled, nvcc hoists all eight
+                # 16-byte loads and the kernel needs 117 registers (2 CTAs per SM) instead of 64 (4).
+                for v in T.unroll(CPT // VEC, annotations=ROLLED):
+                    for c in T.vectorized(VEC):
+                        part[c] = cnt[tx * CHUNK + v * VEC + c]
+                    for c in T.unroll(VEC):
+                        tot = tot + T.cast(part[c], "int32")
                 inc = T.alloc_var("int32", init=tot)
                 for o in T.unroll(5):
                     up = T.shfl_up(inc, 1 << o)
@@ -126,10 +143,15 @@ def sparse_sort_kernel(threads: int) -> Any:
                 for w in T.serial(W):
                     if w < tx // 32:
                         base = base + wsum[w]
-                for c in T.serial(CPT):
-                    v = T.cast(cnt[at(tx * CPT + c)], "int32")
-                    cnt[at(tx * CPT + c)] = T.cast(base, "int16")
-                    base = base + v
+                for v in T.unroll(CPT // VEC, annotations=ROLLED):
+                    for c in T.vectorized(VEC):
+                        part[c] = cnt[tx * CHUNK + v * VEC + c]
+                    for c in T.unroll(VEC):
+                        n = T.cast(part[c], "int32")
+                        part[c] = T.cast(base, "int16")
+                        base = base + n
+                    for c in T.vectorized(VEC):
+                        cnt[tx * CHUNK + v * VEC + c] = part[c]
                 T.sync_threads()
                 for k in T.unroll(S):
                     if k * threads + tx < n_tok:

@@ -64,12 +64,12 @@ call; HEAD's prep in the other column, probe ``.devrun/s13_prep_ab.py``):
 =================  =====================  =====================
 case               with the early exit    without
 =================  =====================  =====================
-prep, uniform      65.0 / 65.2 / 65.3     112.7 / 114.1 / 115.7
-prep, 90% overlap  221.5 / 219.5 / 219.2  215.9 / 215.9 / 215.6
-prep, mixed batch  118.5 / 117.5 / 117.5  116.1 / 115.8 / 116.0
-call, uniform      2761 / 2723 / 2740     2757 / 2790 / 2792
-call, 90% overlap  1659 / 1643 / 1637     1636 / 1636 / 1640
-call, mixed batch  1428 / 1350 / 1349     1353 / 1347 / 1352
+prep, uniform      64.7 / 67.1 / 68.7     116.3 / 119.5 / 120.4
+prep, 90% overlap  221.3 / 218.5 / 218.5  215.6 / 215.3 / 215.7
+prep, mixed batch  117.6 / 117.5 / 117.4  115.8 / 115.7 / 115.4
+call, uniform      2784 / 2812 / 2841     2857 / 2881 / 2844
+call, 90% overlap  1663 / 1641 / 1637     1638 / 1637 / 1633
+call, mixed batch  1424 / 1358 / 1355     1355 / 1357 / 1354
 =================  =====================  =====================
 
 Every uniform group exits (its union holds nearly all of its 8204 slots); the groups that take the
