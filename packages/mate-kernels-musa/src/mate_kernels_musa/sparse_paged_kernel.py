@@ -59,6 +59,27 @@ the first chunk's slot resolution 0.9-1.2 with one 32-slot block, 3.0 with 16 bl
 epilogue 2.7-4.6 writing partials, 7.5-7.7 through the direct epilogue with a gate (decode
 64 x 4). On decode 64 x 1 (4 splits) the gather loop took 58-61 of the CTAs' ~78 us.
 
+The same stamps in this kernel (session 13, probe ``.devrun/s13_stamps.py``: a barrier, then
+thread 0 reads globaltimer between the phases; decode 64 x 1 after a read flush, medians over
+CTAs, us): row resolution 1.44, Q load 1.28, first chunk's offsets 1.82, gather loop 58.7,
+epilogue 4.0; the first CTA starts to the last one ends 73.1, the median CTA ends at 67.3.
+By CTA kind (blocks per split: 17, 17, 17, 14; 116 SMs run four CTAs, 16 run three):
+
+======================  =====  ===========  ===========
+kind                    CTAs   loop ends    CTA ends
+======================  =====  ===========  ===========
+17 blocks, 4 per SM       339  64.9         68.5 (max 71.8)
+17 blocks, 3 per SM        45  60.3         67.7
+14 blocks, 4 per SM       125  57.2         67.7
+14 blocks, 3 per SM         3  50.7         67.7
+======================  =====  ===========  ===========
+
+The partial stores of CTAs that finish their loop early only complete when the gathers of the
+others end (their epilogue takes 7-17 us), so the last ~4 us are SMs holding four 17-block
+CTAs (68 blocks against the 63 of an even share). Balancing the SMs' work exactly (Stream-K
+over 528 CTAs whose ranges cross (row, head) boundaries) would save at most that: ~78 us for
+the call, still above the 1.2x target (76.4).
+
 Grid order (H200, session 9, same process, three interleaved rounds, paged kernel alone, us):
 the grid runs the rows fastest for one KV head, then the next head. Putting the heads of a
 row side by side (x = row * Hkv + head, so the two 512-byte halves of a token's K/V row are

@@ -105,6 +105,15 @@ on the L2 traffic (locality, e.g. the sorted selections above), then on a last ~
 per-slot pipeline (short-scoreboard waits on shared memory are still ~37% of the cycles
 between a warp's instructions).
 
+What locality is left (session 13, probe ``.devrun/s13_order.py``, paged kernel alone, ids
+reordered in torch outside the timing, three rounds, us): as given 3275 / 3085 / 3067; the sort
+kernel's 64-region order 2730 / 2789 / 2864; 256 regions 2759 / 2754 / 2687; fully ascending
+2728 / 2704 / 2745; 64 regions walked backwards on every other wave of 528 CTAs 2679 / 3145 /
+2822; rotated by the row's place in its wave 2772 / 2954 / 2811; the 64-region order over a
+16 MiB pool (L2-resident) 2599 / 2665 / 2622. The region order is within ~5% of the
+L2-resident time, so no order will take the uniform prefill to 0.6x: the per-slot pipeline
+itself is 0.64x of the floor.
+
 Ways of cutting that work, all measured or tried in the same session:
 
 * Q held in registers for the QK mma, loaded once per CTA; the production kernel reads it
