@@ -216,6 +216,13 @@ one split) and ``sms`` the device's multiprocessor count:
   rows 1406 against 1668; 256 requests x 4 rows, all left to the paged kernel by the prep,
   994 against 973 (the prep's early exit 7.6 us, the union and finalize launches 13.7; the
   prep measuring every group instead 35.6); 1024 one-row requests do not take the path.
+  The union kernel and the paged kernel write disjoint rows, so they could run side by side.
+  Not kept (session 13, probe ``.devrun/s13_fork.py``, same process, three rounds, us): the
+  union and finalize kernels on a side stream forked after the prep and joined at the end of
+  the call, against the shipped single-stream order: mixed batch 1382 / 1316 / 1308 against
+  1359 / 1350 / 1350, 90% overlap 1621 / 1600 / 1599 against 1640 / 1633 / 1633, uniform
+  2758 / 2790 / 2792 against 2720 / 2840 / 2840 (results bitwise equal). The kernels barely
+  overlap (the union kernel holds the SMs); 2-3% did not pay for a second stream in every call.
   Per-request row counts are device data, so the host can only bound the largest request;
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
