@@ -75,10 +75,12 @@ kind                    CTAs   loop ends    CTA ends
 ======================  =====  ===========  ===========
 
 The partial stores of CTAs that finish their loop early only complete when the gathers of the
-others end (their epilogue takes 7-17 us), so the last ~4 us are SMs holding four 17-block
-CTAs (68 blocks against the 63 of an even share). Balancing the SMs' work exactly (Stream-K
-over 528 CTAs whose ranges cross (row, head) boundaries) would save at most that: ~78 us for
-the call, still above the 1.2x target (76.4).
+others end (their epilogue takes 7-17 us). The SMs received one CTA of each split (107 SMs
+hold 3 x 17 + 14 = 65 blocks, 9 hold 62, 16 hold 48-51; an even share is 63): the SMs with 65
+blocks end between 67.7 and 71.8 us, so the tail is mostly spread between equally loaded SMs.
+An exact balance of the SMs' work (Stream-K over 528 CTAs whose ranges cross (row, head)
+boundaries, each paying a second prologue) would save at most the 65 -> 63 blocks, ~2 us: the
+1.2x target (76.4 us) stays out of its reach.
 
 Grid order (H200, session 9, same process, three interleaved rounds, paged kernel alone, us):
 the grid runs the rows fastest for one KV head, then the next head. Putting the heads of a
