@@ -6,8 +6,8 @@ No ``from __future__ import annotations`` here: TileLang reads macro annotations
 from typing import Any
 
 __all__ = [
-    "row_mode", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
-    "kv_tile_gather", "online_softmax_step", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
+    "row_mode", "cta_sum", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
+    "kv_offsets", "kv_tile_gather", "online_softmax_step", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
 ]  # fmt: skip
 
 
@@ -120,6 +120,30 @@ def resolve_row_limit(with_count: bool = False) -> Any:
     return resolve_counted if with_count else resolve
 
 
+def cta_sum(threads: int) -> Any:
+    """Build the macro ``total = sum(v, red_s, tx) -> int32``: the sum of every thread's int32 ``v``.
+
+    A warp reduction, then one per-warp partial in ``red_s`` (int32 shared, ``threads // 32``
+    elements) and one barrier; every thread of the CTA must reach it and gets the total.
+    """
+    import tilelang.language as T
+
+    warps = threads // 32
+
+    @T.macro
+    def total(v, red_s, tx):
+        part = T.alloc_var("int32", init=T.warp_reduce_sum(v))
+        if tx % 32 == 0:
+            red_s[tx // 32] = part
+        T.sync_threads()
+        part = red_s[0]
+        for w in T.unroll(1, warps):
+            part = part + red_s[w]
+        return part
+
+    return total
+
+
 def resolve_row_limit_parallel(threads: int) -> Any:
     """:func:`resolve_row_limit` with the ``cu_seqlens_q`` search spread over the CTA's threads.
 
@@ -132,7 +156,7 @@ def resolve_row_limit_parallel(threads: int) -> Any:
     import tilelang.language as T
 
     limit = _row_limit()
-    warps = threads // 32
+    count = cta_sum(threads)
 
     @T.macro
     def resolve(r, mode, q_len, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, tx, red_s):
@@ -149,13 +173,7 @@ def resolve_row_limit_parallel(threads: int) -> Any:
                 if 1 + i * threads + tx < n_req:
                     if CU[1 + i * threads + tx] <= r:
                         below = below + 1
-            below = T.warp_reduce_sum(below)
-            if tx % 32 == 0:
-                red_s[tx // 32] = below
-            T.sync_threads()
-            req = red_s[0]
-            for w in T.unroll(1, warps):
-                req = req + red_s[w]
+            req = count(below, red_s, tx)
             loc = r - CU[req]
             cnt = CU[req + 1] - CU[req]
         elif mode == row_mode.PER_ROW:

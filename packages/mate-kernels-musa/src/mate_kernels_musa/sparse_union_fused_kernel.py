@@ -79,7 +79,7 @@ union path pay the bitmap's atomics and popcount, ~2% of their prep.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import resolve_row_limit, row_mode, slot_page
+from ._sparse_macros import cta_sum, resolve_row_limit, row_mode, slot_page
 
 __all__ = ["sparse_union_fused_kernel", "UNMEASURED", "SEEN_BITS", "seen_bit"]
 
@@ -145,6 +145,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit(with_count=True)
     slot = slot_page()
+    popcount_sum = cta_sum(threads)
 
     rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
     n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
@@ -214,7 +215,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             lim_s = T.alloc_shared([R], "int32")
             small_s = T.alloc_shared([R], "int32")
             seen = T.alloc_shared([SEEN_WORDS], "uint32")  # the lower-bound bitmap (early exit)
-            pop_s = T.alloc_shared([NBR], "int32")  # per-warp popcounts of the bitmap
+            pop_s = T.alloc_shared([threads // 32], "int32")  # per-warp popcounts of the bitmap
             xl = T.alloc_local([R * KP], "int32")
             tx = T.get_thread_binding()
 
@@ -253,20 +254,14 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                         if x >= 0:
                             T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
                             # CUDA's atomicOr (TileLang's atomic_or emits a global-space red).
-                            T.call_extern("uint32", "atomicOr", T.address_of(seen[seen_bit(x) >> 5]),
-                                          T.shift_left(T.uint32(1), T.cast(seen_bit(x) & 31, "uint32")))
+                            h = seen_bit(x)
+                            T.call_extern("uint32", "atomicOr", T.address_of(seen[h >> 5]),
+                                          T.shift_left(T.uint32(1), T.cast(h & 31, "uint32")))
                 T.sync_threads()
-                # lb: the bitmap's popcount, summed per warp, then over the warps (NBR = threads // 32).
-                lb = T.alloc_var("int32", init=0)
+                mine = T.alloc_var("int32", init=0)  # this thread's words of the bitmap
                 for k in T.serial(SEEN_WORDS // threads):
-                    lb = lb + T.cast(T.popcount(seen[k * threads + tx]), "int32")
-                lb = T.warp_reduce_sum(lb)
-                if tx % 32 == 0:
-                    pop_s[tx // 32] = lb
-                T.sync_threads()
-                lb = pop_s[0]
-                for w in T.unroll(1, NBR):
-                    lb = lb + pop_s[w]
+                    mine = mine + T.cast(T.popcount(seen[k * threads + tx]), "int32")
+                lb = popcount_sum(mine, pop_s, tx)
                 if lb > max_nu:
                     # The union is at least lb: the paged kernel takes the group, no bucket pass.
                     if tx == 0:
