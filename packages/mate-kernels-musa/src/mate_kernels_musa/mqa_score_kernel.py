@@ -199,6 +199,24 @@ visible tile, in place of the three constant-count copies, which drops ~2800 was
 on the causal shape (~5.5 per row block) yet measured causal 405 vs 371 us and prefill 245
 vs 238 (three rounds, 32 tiles chunk-major with spread): the constant trip counts are worth
 more than the tiles they waste.
+
+Finer trim ladders (session 14, probe ``.devrun/s14_trim.py``, patch ``.devrun/s14_trim.diff``;
+not kept). The ladder had 4, 5 or 8 rungs instead of 3 (quarters; an eighth, then quarters;
+eighths), one constant-count copy of the pipelined loop per rung. With 8 rungs a diagonal CTA
+computes 18 tiles on average instead of 22 (uniformly 1..32 needed), ~2000 fewer tile steps
+on the causal shape. Outputs were bitwise equal. H200, same process, three interleaved rounds,
+CUDA-graph medians after a read flush, us:
+
+=====================  =====================  =====================  =====================  =====================
+shape                  3 rungs (shipped)      4 rungs                5 rungs                8 rungs
+=====================  =====================  =====================  =====================  =====================
+causal 32768 x 8192    354.3 / 353.8 / 362.2  354.0 / 352.0 / 361.6  352.6 / 360.5 / 360.0  356.1 / 362.8 / 362.6
+prefill 4096 x 32768   232.8 / 230.8 / 235.4  241.6 / 240.6 / 246.6  237.5 / 238.1 / 242.9  240.5 / 243.4 / 248.4
+=====================  =====================  =====================  =====================  =====================
+
+So the wasted diagonal tiles are not what the causal call pays for: removing most of them
+changed nothing beyond noise. The longer code cost the dense prefill, which runs none of the
+extra rungs, 3-5% (226 registers instead of 233, a different code layout).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

@@ -153,6 +153,17 @@ Ways of cutting that work, all measured or tried in the same session:
   four per-block sum reductions gained 10-12%; the same lesson, applied to the production
   tile, became the lazy-max softmax of :mod:`.sparse_paged_kernel`.
 
+  Session 14 measured the transposed tile again with that softmax (its cross-warp max now
+  only on the rare rescale; patch ``.devrun/s14_wg.diff``: a ``keys_on_m`` flag of the paged
+  kernel and a 64-slot, 128-thread tile; 116 registers, 83 KB of shared memory, two CTAs per
+  SM). It agreed with the PyTorch path (rel. L2 0.0052, the same LSE error as ``W4``,
+  bitwise repeatable) and was still slower everywhere (probe ``.devrun/s14_wg.py``, same
+  process, three rounds, us, ``W4`` first): default call, uniform blocks 2738 / 2913 / 2915
+  against 3086 / 3062 / 3066; paged kernel alone, uniform 3074 / 3068 / 3776 against
+  3244 / 3257 / 3524, 90% overlap 2538 / 2518 / 2538 against 2812 / 2831 / 2833; decode
+  64 x 1 81.0-81.1 against 99.7-99.9; 64 x 4 266.7-267.1 against 288.2-288.5. Halving the
+  shared-memory operand traffic does not make up for half the resident CTAs.
+
   With that softmax the candidate tiles stay behind ``W4`` (same process, two rounds, paged
   kernel alone, us; probe ``.devrun/s12_tiles.py``): decode 64 x 1 81.2 / 81.3 against W2
   89.6 / 89.7, N64 98.8 / 98.9, W4_C32 105.0 / 105.1; decode 64 x 4 266.8 / 267.1 against
@@ -174,13 +185,13 @@ slower everywhere: 64 x 1 92.0 / 92.0 vs 90.1 / 90.8, 64 x 4 283 / 283 vs 281 / 
 Alternatives, measured on the issue-4 shapes (H200, ``benchmarks/bench_sparse.py`` and the
 probes behind the tables below, 2026-11-29, us):
 
-=====================  =====  =====  =====  =====  =====
-tile                     W4    W2    N64  W4_LAZY  W4_C32
-=====================  =====  =====  =====  =====  =====
-decode 64 x 1 (4 spl)    98.8   120    108   102.5    98.6
-decode 64 x 4 (1 spl)   298.3          301   306.1   301.9
-prefill 4096, overlap    3257  3614   3877    3361    3251
-=====================  =====  =====  =====  =====  =====
+=====================  =======  =======  =======  =======  =======
+tile                   W4       W2       N64      W4_LAZY  W4_C32
+=====================  =======  =======  =======  =======  =======
+decode 64 x 1 (4 spl)  98.8     120      108      102.5    98.6
+decode 64 x 4 (1 spl)  298.3             301      306.1    301.9
+prefill 4096, overlap  3257     3614     3877     3361     3251
+=====================  =======  =======  =======  =======  =======
 
 (write-flushed L2; W2/N64 from an earlier run of the lazy prologue.) ``W4_LAZY`` is W4
 without the eager prologue and PDL (the previous production tile); ``W4_C32`` resolves
