@@ -20,7 +20,9 @@ gate [rows, Hq] and LSE on, flattened queries with ``cu_seqlens_q`` + ``seq_lens
 
 The prefill cases are one request of 4096 rows, so the native call takes the row-group union
 path (``mate_kernels_musa.sparse_union``, the default for prefill chunks); their rows also
-carry ``no_union_us``: the same call with the paged kernel alone (``MATE_SPARSE_UNION=0``).
+carry ``no_union_us``: the paged kernel alone on the ids as given (no union path, no region
+sort), and ``no_union_sorted_us``: the paged kernel after the region sort of every row (what
+``MATE_SPARSE_UNION=0`` runs).
 
 With ``physical`` (default on), each case also runs the ``selected_kv_indices`` path on
 the same selections translated to physical rows of the flattened cache ``[pages * 64,
@@ -260,18 +262,22 @@ def _sweep(plan, ref_out: torch.Tensor, reps: int, splits_list: tuple[int, ...])
 
 
 def _no_union_timing(name: str, plan, ref_out: torch.Tensor, reps: int) -> dict[str, Any]:
-    """The same call without the row-group union path (``MATE_SPARSE_UNION=0``: the paged kernel alone)."""
-    import os
-    from unittest import mock
+    """The call without the row-group union path: the paged kernel alone on the ids as given
+    (``no_union``) and after the region sort of every row (``no_union_sorted``, what
+    ``MATE_SPARSE_UNION=0`` runs)."""
+    import dataclasses
 
-    from mate_kernels_musa.sparse_launch import UNION_ENV, sparse_attention
+    from mate_kernels_musa.sparse_launch import schedule_for, sparse_attention
 
-    with mock.patch.dict(os.environ, {UNION_ENV: "0"}):
+    row: dict[str, Any] = {}
+    base = dataclasses.replace(schedule_for(plan), union_rows=0)
+    for key, sched in (("no_union", dataclasses.replace(base, sort=False)),
+                       ("no_union_sorted", dataclasses.replace(base, sort=True))):  # fmt: skip
         plan.out.fill_(float("nan"))
-        sparse_attention(plan)
-        err = check_agreement(f"{name} without union", plan.out, ref_out)
-        t = time_cuda_graph(lambda: sparse_attention(plan), reps=reps)
-    return {"no_union_us": t["median_us"], "no_union_rel_l2_vs_torch": err}
+        sparse_attention(plan, sched)
+        row[f"{key}_rel_l2_vs_torch"] = check_agreement(f"{name} {sched.label}", plan.out, ref_out)
+        row[f"{key}_us"] = time_cuda_graph(lambda s=sched: sparse_attention(plan, s), reps=reps)["median_us"]
+    return row
 
 
 def _timed_row(name: str, kw: dict[str, Any], ids: str, sched, native: dict[str, float],

@@ -20,7 +20,7 @@ import torch
 from mate_core import plan_sparse_attention
 from mate_kernels_musa import sparse_launch
 from mate_kernels_musa._sparse_macros import row_mode
-from mate_kernels_musa.sparse_schedule import W4, choose_schedule
+from mate_kernels_musa.sparse_schedule import SORT_MAX_WIDTH, W4, choose_schedule
 
 
 def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, parallel=False,
@@ -316,6 +316,49 @@ def test_launcher_union_path(emulated, monkeypatch, index: int, gen: torch.Gener
     _check_case(case)
 
 
+@pytest.mark.parametrize("index", range(4))
+def test_launcher_sorts_without_union(emulated, monkeypatch, index: int, gen: torch.Generator) -> None:
+    """The prefill schedule without the union path (``MATE_SPARSE_UNION=0``): the sort kernel orders every
+    row (one group of all rows, ``max_nu = -1``), the paged kernel reads the ordered ids, and the result is
+    the reference's."""
+    from mate_kernels_musa import sparse_sort_kernel
+
+    monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)  # the prefill schedule from 4 CTAs up
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "0")
+    calls: dict[str, tuple] = {}
+
+    def spy(name):
+        def factory(*consts):
+            kernel = _EMULATORS[name](*consts)
+
+            def run(*args):
+                calls[name] = args
+                return kernel(*args)
+
+            return run
+
+        return factory
+
+    monkeypatch.setattr(sparse_launch, "build", lambda f, p, *c: spy(f.__name__)(*c))
+    from mate_kernels_musa import sparse_union
+
+    monkeypatch.setattr(sparse_union, "build", lambda f, p, *c: spy(f.__name__)(*c))
+    case = None
+    while case is None or case.kwargs["query"].shape[0] < 4:
+        case = cases.random_case(gen, max_rows=16, max_width=70, num_splits=None, query_kind="cu", **_geometry(index))
+    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    sched = sparse_launch.schedule_for(plan)
+    assert sched.sort and sched.union_rows == 0 and sched.splits == 1
+    _check_case(case)
+    ti, nu, so, shift, u_rows, max_nu = calls["sparse_sort_kernel"]
+    assert (u_rows, max_nu) == (ti.shape[0], -1) and int(nu[0]) > max_nu  # every row ordered
+    capacity = case.kwargs["block_table"].shape[1] * case.kwargs["key"].shape[1]  # paged K/V: pages x page size
+    assert shift == sparse_sort_kernel.region_shift(capacity)
+    for r in range(ti.shape[0]):
+        assert torch.equal(so[r], cases.region_order(ti[r], shift, sparse_union.SORT_THREADS)), r
+    assert calls["sparse_paged_kernel"][3] is so  # the paged kernel reads the ordered ids
+
+
 def test_launcher_mixed_batch(emulated, monkeypatch, gen: torch.Generator) -> None:
     """Default rule on a prefill chunk among decode rows: the prep measures only the chunk's groups (the
     others get NU = UNMEASURED and go to the paged kernel), and the call matches the reference."""
@@ -427,6 +470,12 @@ def test_schedule_heuristic() -> None:
     assert choose_schedule(1, 2, 2051, 0, 132).splits == 32  # one row: capped at 64 slots per split
     assert choose_schedule(64, 2, 2051, 7, 132).splits == 7
     assert choose_schedule(1, 2, 20, 0, 132).splits == 1  # too few slots to split
+    # Prefill schedules order each row's ids by region, with or without the union path, up to
+    # the width one sort CTA holds; decode and forced split counts keep the given order.
+    assert prefill.sort and choose_schedule(4096, 2, 2051, 0, 132, union=True).sort
+    assert choose_schedule(4096, 2, SORT_MAX_WIDTH, 0, 132).sort
+    assert not choose_schedule(4096, 2, SORT_MAX_WIDTH + 1, 0, 132).sort
+    assert not decode.sort and not choose_schedule(4096, 2, 2051, 1, 132).sort
 
 
 @pytest.mark.parametrize("n_req", [1, 2, 7, 130, 300])

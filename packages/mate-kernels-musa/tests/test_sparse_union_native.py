@@ -209,8 +209,8 @@ def test_wide_selection_uses_torch_prep(gen: torch.Generator) -> None:
 def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     """``sorted_ids``: rows of groups the prep rejected hold their ids ordered by context region
     (within a region by thread, then by slot: ``sparse_sort_kernel``), duplicates and -1 kept;
-    rows of unmeasured groups their ids as given; the union's rows are not written. Wider than
-    ``SORT_CAP``: None."""
+    rows of unmeasured groups their ids as given; the union's rows are not written. Without union
+    sizes every row is ordered. Wider than ``SORT_CAP``: None."""
     from mate_core import plan_sparse_attention
     from mate_kernels_musa.sparse_launch import _ids, _paged_kv
     from mate_kernels_musa.sparse_sort_kernel import SORT_CAP, region_shift
@@ -226,8 +226,9 @@ def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     kind = torch.randint(0, 3, (n_grp,), generator=gen)  # 0: union row, 1: rejected, 2: unmeasured
     nu = torch.where(kind == 0, 3, torch.where(kind == 1, 9, UNMEASURED)).to(torch.int32).cuda()
     out = sorted_ids(native, nu, r, 4)
+    every = sorted_ids(native)  # without the union path: every row ordered
     if width > SORT_CAP:
-        assert out is None
+        assert out is None and every is None
         return
     kind = kind.cuda().repeat_interleave(r)[: ids.shape[0]]
     assert (kind == 1).any() and (kind == 2).any(), kind
@@ -235,6 +236,7 @@ def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     _, _, table, page_size = _paged_kv(native)
     expect = cases.region_order(ids, region_shift(table.shape[1] * page_size), SORT_THREADS)
     assert torch.equal(out[kind == 1], expect[kind == 1])
+    assert torch.equal(every, expect)
 
 
 def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
@@ -254,6 +256,41 @@ def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypat
     sparse_attention(native)
     torch.cuda.synchronize()
     assert torch.equal(first, native.out_result)
+
+
+def _sorted_without_union(width: int, gen: torch.Generator, monkeypatch, union: str | None) -> None:
+    from mate_kernels_musa import sparse_attention, sparse_launch
+    from mate_kernels_musa.sparse_schedule import SORT_MAX_WIDTH
+
+    if union is None:
+        monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
+    else:
+        monkeypatch.setenv(sparse_launch.UNION_ENV, union)
+    case = cases.random_case(gen, max_rows=600, max_width=width, width=width, num_splits=None, query_kind="cu",
+                             row_counts=[600], canonical=False).to("cuda")  # fmt: skip
+    native, ref = checks.plans(case)
+    sched = sparse_launch.schedule_for(native)
+    assert sched.splits == 1 and sched.union_rows == 0 and sched.sort == (width <= SORT_MAX_WIDTH), sched
+    sparse_attention(native)
+    checks.check(native, ref, case)
+    first = native.out_result.clone()
+    native.out.fill_(float("nan"))
+    sparse_attention(native)
+    torch.cuda.synchronize()
+    assert torch.equal(first, native.out_result)
+
+
+def test_memcheck_sorted_without_union(gen: torch.Generator, monkeypatch) -> None:
+    """The prefill schedule with the union path off (``MATE_SPARSE_UNION=0``): the sort kernel orders
+    every row's ids and the paged kernel reads them; correct, and bitwise equal on a rerun."""
+    _sorted_without_union(600, gen, monkeypatch, "0")
+
+
+@pytest.mark.parametrize("width", [3000, 4096, 4097])
+def test_sorted_past_union_width(width: int, gen: torch.Generator, monkeypatch) -> None:
+    """Default rule past ``UNION_MAX_WIDTH``: no union path; the rows are ordered up to the sort's
+    ``SORT_MAX_WIDTH`` and kept as given past it; correct either way, and bitwise repeatable."""
+    _sorted_without_union(width, gen, monkeypatch, None)
 
 
 def test_empty_selection() -> None:

@@ -8,9 +8,11 @@ tensors with their runtime strides and launches on the current stream:
    on groups of ``UNION_ROWS`` consecutive rows: a one-kernel prep finds each group's union of selected cache rows,
    and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
    share most of their blocks, as neighbouring prefill rows do) are computed by the union
-   kernel with one K/V gather per union token; the paged kernel skips those rows, and
-   :mod:`.sparse_sort_kernel` orders the token ids of the rows it computes by context region
-   (the CTAs of one request then read its cache in step and share it through the L2);
+   kernel with one K/V gather per union token; the paged kernel skips those rows;
+   then, on every prefill schedule with ``T <= SORT_CAP`` (``Schedule.sort``),
+   :mod:`.sparse_sort_kernel` orders the token ids of the rows the paged kernel computes by
+   context region (the CTAs of one request then read its cache in step and share it through
+   the L2): after the union path the rows of the groups it rejected, without it every row;
 1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
    ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
    partial outputs and LSE per split, and
@@ -315,15 +317,19 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     if sched.union_rows and not wide:
         # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
         # kernel below skips exactly those groups' rows and computes the others.
-        from .sparse_union import prepare_union, sorted_ids, union_attention  # sparse_union imports this module
+        from .sparse_union import prepare_union, union_attention  # sparse_union imports this module
 
         u_rows = sched.union_rows
         max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
         u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu, union_min_rows())
         union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
-        # The rows the prep rejected walk their selections region by region (L2 sharing between
-        # the CTAs of one request; sparse_sort_kernel).
-        ids = sorted_ids(plan, unu, u_rows, max_nu)
+    if sched.sort:
+        # The rows the paged kernel computes walk their selections region by region (L2 sharing
+        # between the CTAs of one request; sparse_sort_kernel): after the union path, the rows
+        # of the groups its prep rejected; without it, every row.
+        from .sparse_union import sorted_ids  # sparse_union imports this module
+
+        ids = sorted_ids(plan, unu, u_rows, max_nu) if u_rows else sorted_ids(plan)
     if ids is None:
         ids = _ids(plan)
     direct = sched.splits == 1

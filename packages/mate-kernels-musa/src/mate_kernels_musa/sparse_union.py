@@ -350,18 +350,23 @@ def union_attention(plan: SparseAttentionPlan, rows_per_cta: int, u: torch.Tenso
     finalize(part_o, part_l, gate, plan.out, lse, nu, has_gate, has_lse, rows_per_cta, max_nu)
 
 
-def sorted_ids(plan: SparseAttentionPlan, nu: torch.Tensor, rows_per_cta: int, max_nu: int) -> torch.Tensor | None:
-    """Each row's token ids ordered by context region, ``[rows, T]`` int32, for the paged kernel after the union path.
+def sorted_ids(plan: SparseAttentionPlan, nu: torch.Tensor | None = None, rows_per_cta: int = 0,
+               max_nu: int = 0) -> torch.Tensor | None:  # fmt: skip
+    """Each row's token ids ordered by context region, ``[rows, T]`` int32, for the paged kernel.
 
-    Rows of groups with ``NU <= max_nu`` (the union kernel computed them, the paged kernel skips
+    After the union path (``nu`` = the prep's union sizes of groups of ``rows_per_cta`` rows):
+    rows of groups with ``NU <= max_nu`` (the union kernel computed them, the paged kernel skips
     them) are not written; rows of unmeasured groups (``NU = UNMEASURED``) are copied as given.
-    None when ``T > SORT_CAP`` (the caller keeps the given order). See :mod:`.sparse_sort_kernel`
-    for the order and why it matters.
+    Without it (``nu`` None): every row is ordered. None when ``T > SORT_CAP`` (the caller keeps
+    the given order). See :mod:`.sparse_sort_kernel` for the order and why it matters.
     """
     ids = _ids(plan)
     rows, t = ids.shape
     if t > sparse_sort_kernel.SORT_CAP:
         return None
+    if nu is None:
+        # One "group" of every row whose NU (0, a cached zero) exceeds max_nu = -1: all ordered.
+        nu, rows_per_cta, max_nu = _dummies(_dev(plan.query))["int"], max(rows, 1), -1
     out = torch.empty((rows, t), dtype=torch.int32, device=ids.device)
     kernel = build(sparse_sort_kernel.sparse_sort_kernel, profile_name(_dev(plan.query)), SORT_THREADS)
     _, _, table, page_size = _paged_kv(plan)
