@@ -26,6 +26,14 @@ instead of a separate pass, 1904 / 1904 / 1912 against 1975 / 1978 / 1974 with t
 kernel (another process): no better than this kernel, for a larger paged kernel. Two or four
 pairs per warp with every load before any store (more bytes in flight; session 8, same
 partials, two rounds): 100.4 / 100.5 and 104.2 / 104.2 against 83.3 / 83.2.
+
+The partials are read only after the ``NU`` test (session 14, probe ``.devrun/s14_fin.py``,
+same process, three rounds, us): the kernel alone on these partials with every group taken
+91.1 / 91.2 / 91.2 against 92.7 / 92.9 / 92.8 with the loads issued before the test, and with
+every group left to the paged kernel (uniform selections) 21.4 (x3) against 27.4 / 27.3 /
+27.5, where the loads read 100 MB of partials nobody wrote. End to end, same process: uniform
+prefill 2746 / 2776 / 2829 against 2819 / 2787 / 2822, 90% overlap and the mixed batch
+unchanged (1642-1663 against 1639-1644, 1353-1423 against 1353-1356); outputs bitwise equal.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -94,12 +102,13 @@ def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
             r = T.alloc_var("int32", init=pair // hq)
             h = T.alloc_var("int32", init=pair % hq)
             o = T.alloc_local([V], acc)
-            # Loaded whether or not the row is taken, so the loads do not wait for NU.
+            # The partials are read only for rows the union kernel wrote: rows it left to the
+            # paged kernel (every row, on uniform selections) cost one NU load, not 4 KB each.
             take = T.alloc_var("int32", init=T.if_then_else(NU[T.min(r // u_rows, n_grp - 1)] <= max_nu, 1, 0))
-            lse = T.alloc_var(acc, init=LP[0, r, h])
-            for i in T.unroll(V):
-                o[i] = OP[0, r, h, i * LANES + lane]
             if take != 0:
+                lse = T.alloc_var(acc, init=LP[0, r, h])
+                for i in T.unroll(V):
+                    o[i] = OP[0, r, h, i * LANES + lane]
                 for i in T.unroll(V):
                     gate = T.alloc_var(acc, init=1)
                     if has_gate != 0:
