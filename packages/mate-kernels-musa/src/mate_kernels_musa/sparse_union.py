@@ -40,7 +40,15 @@ Probes not kept (H200, 2026-11-30, same process, 4096-row prefill with 90% overl
 the union kernel writing the gated ``out``/``lse`` itself (the paged kernel's direct
 epilogue; no partials, no merge kernel) took 2380 / 2384 against 1842 / 1847 for this
 kernel + the merge kernel of then, and 1979 without a gate, so a separate post-op stays
-(now :mod:`.sparse_finalize_kernel`); the fused prep with every
+(now :mod:`.sparse_finalize_kernel`). Session 14 measured it again with the gate loads
+branch-free (the paged kernel's one-split epilogue as a shared macro; patch
+``.devrun/s14_direct.diff``, probe ``.devrun/s14_direct.py``, same
+process, three rounds, against this kernel + the finalize kernel): 90% overlap 2188 / 2131 /
+2131 against 1643 / 1632 / 1634, the mixed batch 1658 / 1574 / 1573 against 1354 / 1356 /
+1354, uniform blocks (no group taken) 2763 / 2814 / 2758 against 2842 / 2837 / 2855. No spills
+(246 registers against 244); the likely cause, not checked in the SASS, is that the 64 x 256
+FP32 accumulator leaves few registers for the gate loads, so they go out a few at a time. The
+separate pass stays. The fused prep with every
 token id and page loaded before the bucket counts took 508 against 407; two prep CTAs
 per SM (registers capped at 64) 407.5 against 407.9.
 """
