@@ -239,28 +239,11 @@ def test_sorted_ids(width: int, gen: torch.Generator) -> None:
     assert torch.equal(every, expect)
 
 
-def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
-    """Default rule on a prefill chunk of random, barely overlapping selections: every group is
-    left to the paged kernel, which reads the sorted ids; correct, and bitwise equal on a rerun."""
+def _prefill_chunk(width: int, gen: torch.Generator, monkeypatch, union: str | None, expect) -> None:
+    """One 600-row request of random, barely overlapping ``width``-token selections under
+    ``MATE_SPARSE_UNION=union`` (None: the default rule): its schedule passes ``expect``, the call
+    matches the reference, and a rerun is bitwise equal."""
     from mate_kernels_musa import sparse_attention, sparse_launch
-
-    monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
-    case = cases.random_case(gen, max_rows=600, max_width=600, width=600, num_splits=None, query_kind="cu",
-                             row_counts=[600], canonical=False).to("cuda")  # fmt: skip
-    native, ref = checks.plans(case)
-    assert sparse_launch.schedule_for(native).union_rows, "the union path (and the sort) must be on"
-    sparse_attention(native)
-    checks.check(native, ref, case)
-    first = native.out_result.clone()
-    native.out.fill_(float("nan"))
-    sparse_attention(native)
-    torch.cuda.synchronize()
-    assert torch.equal(first, native.out_result)
-
-
-def _sorted_without_union(width: int, gen: torch.Generator, monkeypatch, union: str | None) -> None:
-    from mate_kernels_musa import sparse_attention, sparse_launch
-    from mate_kernels_musa.sparse_schedule import SORT_MAX_WIDTH
 
     if union is None:
         monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
@@ -270,7 +253,7 @@ def _sorted_without_union(width: int, gen: torch.Generator, monkeypatch, union: 
                              row_counts=[600], canonical=False).to("cuda")  # fmt: skip
     native, ref = checks.plans(case)
     sched = sparse_launch.schedule_for(native)
-    assert sched.splits == 1 and sched.union_rows == 0 and sched.sort == (width <= SORT_MAX_WIDTH), sched
+    assert expect(sched), sched
     sparse_attention(native)
     checks.check(native, ref, case)
     first = native.out_result.clone()
@@ -280,17 +263,26 @@ def _sorted_without_union(width: int, gen: torch.Generator, monkeypatch, union: 
     assert torch.equal(first, native.out_result)
 
 
+def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
+    """Default rule on a prefill chunk of random, barely overlapping selections: every group is
+    left to the paged kernel, which reads the sorted ids; correct, and bitwise equal on a rerun."""
+    _prefill_chunk(600, gen, monkeypatch, None, lambda s: s.union_rows and s.sort)
+
+
 def test_memcheck_sorted_without_union(gen: torch.Generator, monkeypatch) -> None:
     """The prefill schedule with the union path off (``MATE_SPARSE_UNION=0``): the sort kernel orders
     every row's ids and the paged kernel reads them; correct, and bitwise equal on a rerun."""
-    _sorted_without_union(600, gen, monkeypatch, "0")
+    _prefill_chunk(600, gen, monkeypatch, "0", lambda s: s.splits == 1 and not s.union_rows and s.sort)
 
 
 @pytest.mark.parametrize("width", [3000, 4096, 4097])
 def test_sorted_past_union_width(width: int, gen: torch.Generator, monkeypatch) -> None:
     """Default rule past ``UNION_MAX_WIDTH``: no union path; the rows are ordered up to the sort's
     ``SORT_MAX_WIDTH`` and kept as given past it; correct either way, and bitwise repeatable."""
-    _sorted_without_union(width, gen, monkeypatch, None)
+    from mate_kernels_musa.sparse_schedule import SORT_MAX_WIDTH
+
+    _prefill_chunk(width, gen, monkeypatch, None,
+                   lambda s: s.splits == 1 and not s.union_rows and s.sort == (width <= SORT_MAX_WIDTH))  # fmt: skip
 
 
 def test_empty_selection() -> None:
