@@ -52,6 +52,17 @@ split still runs as many block steps as before (the partial block is a step of i
 and more CTAs did work: 1 x 1 24.1 against 20.6, 8 x 1 28.8 against 26.1, 32 x 1 52.3
 against 50.0, 64 x 1 83.0 against 82.4 (that variant included the page-load change).
 
+Speculative page reads (session 14, patch ``.devrun/s14_spec.diff``, probe ``.devrun/s14_spec.py``;
+not kept): the eager path read the first chunk's block-table entries right after the token
+ids, for the request the row index suggests (``r * R // rows``: exact for decode batches and
+padded queries), and read them again only when the resolved request differed, so that the
+page reads no longer waited for the request search. Outputs were bitwise equal and the
+sparse GPU tests (216) and the memcheck subset passed. Same process, three interleaved rounds,
+us: decode 64 x 1 81.4 / 81.4 / 81.8 against 81.5 / 81.4 / 81.3, 64 x 4 266.1 / 266.5 / 265.9
+against 266.5 / 266.3 / 266.2, mixed batch 1431 / 1361 / 1364 against 1352 / 1352 / 1356,
+uniform and 90%-overlap prefill within noise. The request search is not what delays the first
+gather; the decode 64 x 1 gap to the physical path (~1.6 us, no block table) is not this read.
+
 Timestamps inside the kernel (globaltimer, thread 0 of each CTA, before the Q change,
 median over CTAs, warm / after a read flush, us) had put the Q load phase at 4.5 / 8.5 per
 CTA, before any K/V gather starts, and the other fixed phases at: row resolution 1.1-1.7;
