@@ -20,7 +20,8 @@ import torch
 from mate_core import plan_sparse_attention
 from mate_kernels_musa import sparse_launch
 from mate_kernels_musa._sparse_macros import row_mode
-from mate_kernels_musa.sparse_schedule import SORT_MAX_WIDTH, W4, choose_schedule
+from mate_kernels_musa.sparse_schedule import W4, choose_schedule
+from mate_kernels_musa.sparse_sort_kernel import SORT_CAP
 
 
 def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, parallel=False,
@@ -321,28 +322,22 @@ def test_launcher_sorts_without_union(emulated, monkeypatch, index: int, gen: to
     """The prefill schedule without the union path (``MATE_SPARSE_UNION=0``): the sort kernel orders every
     row (one group of all rows, ``max_nu = -1``), the paged kernel reads the ordered ids, and the result is
     the reference's."""
-    from mate_kernels_musa import sparse_sort_kernel
+    from mate_kernels_musa import sparse_sort_kernel, sparse_union
 
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)  # the prefill schedule from 4 CTAs up
     monkeypatch.setenv(sparse_launch.UNION_ENV, "0")
     calls: dict[str, tuple] = {}
 
-    def spy(name):
+    def spy(name, emulate):
+        # The emulator of kernel `name`, recording the arguments of its launch.
         def factory(*consts):
-            kernel = _EMULATORS[name](*consts)
-
-            def run(*args):
-                calls[name] = args
-                return kernel(*args)
-
-            return run
+            kernel = emulate(*consts)
+            return lambda *args: (calls.__setitem__(name, args), kernel(*args))[1]
 
         return factory
 
-    monkeypatch.setattr(sparse_launch, "build", lambda f, p, *c: spy(f.__name__)(*c))
-    from mate_kernels_musa import sparse_union
-
-    monkeypatch.setattr(sparse_union, "build", lambda f, p, *c: spy(f.__name__)(*c))
+    for name in ("sparse_sort_kernel", "sparse_paged_kernel"):
+        monkeypatch.setitem(_EMULATORS, name, spy(name, _EMULATORS[name]))
     case = None
     while case is None or case.kwargs["query"].shape[0] < 4:
         case = cases.random_case(gen, max_rows=16, max_width=70, num_splits=None, query_kind="cu", **_geometry(index))
@@ -473,8 +468,8 @@ def test_schedule_heuristic() -> None:
     # Prefill schedules order each row's ids by region, with or without the union path, up to
     # the width one sort CTA holds; decode and forced split counts keep the given order.
     assert prefill.sort and choose_schedule(4096, 2, 2051, 0, 132, union=True).sort
-    assert choose_schedule(4096, 2, SORT_MAX_WIDTH, 0, 132).sort
-    assert not choose_schedule(4096, 2, SORT_MAX_WIDTH + 1, 0, 132).sort
+    assert choose_schedule(4096, 2, SORT_CAP, 0, 132).sort
+    assert not choose_schedule(4096, 2, SORT_CAP + 1, 0, 132).sort
     assert not decode.sort and not choose_schedule(4096, 2, 2051, 1, 132).sort
 
 

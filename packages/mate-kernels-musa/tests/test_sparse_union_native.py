@@ -278,11 +278,11 @@ def test_memcheck_sorted_without_union(gen: torch.Generator, monkeypatch) -> Non
 @pytest.mark.parametrize("width", [3000, 4096, 4097])
 def test_sorted_past_union_width(width: int, gen: torch.Generator, monkeypatch) -> None:
     """Default rule past ``UNION_MAX_WIDTH``: no union path; the rows are ordered up to the sort's
-    ``SORT_MAX_WIDTH`` and kept as given past it; correct either way, and bitwise repeatable."""
-    from mate_kernels_musa.sparse_schedule import SORT_MAX_WIDTH
+    ``SORT_CAP`` and kept as given past it; correct either way, and bitwise repeatable."""
+    from mate_kernels_musa.sparse_sort_kernel import SORT_CAP
 
     _prefill_chunk(width, gen, monkeypatch, None,
-                   lambda s: s.splits == 1 and not s.union_rows and s.sort == (width <= SORT_MAX_WIDTH))  # fmt: skip
+                   lambda s: s.splits == 1 and not s.union_rows and s.sort == (width <= SORT_CAP))  # fmt: skip
 
 
 def test_empty_selection() -> None:

@@ -236,7 +236,7 @@ one split) and ``sms`` the device's multiprocessor count:
   overlap (the union kernel holds the SMs); 2-3% did not pay for a second stream in every call.
   Per-request row counts are device data, so the host can only bound the largest request;
   The prefill schedule also orders the token ids of the rows the paged kernel computes by
-  context region (``sort``, :mod:`.sparse_sort_kernel`) while ``T <= SORT_MAX_WIDTH``, with
+  context region (``sort``, :mod:`.sparse_sort_kernel`) while ``T <= SORT_CAP``, with
   or without the union path (measured there: 11-17% faster on uniform blocks, 1-2% slower on
   90%-overlap rows that the union path does not take);
 * otherwise the decode schedule: the smallest split count giving at least
@@ -292,7 +292,7 @@ from .sparse_sort_kernel import SORT_CAP
 
 __all__ = [
     "Tile", "Schedule", "W4", "W2", "N64", "W4_LAZY", "W4_C32", "TILES", "CANDIDATES", "choose_schedule",
-    "UNION_ROWS", "UNION_MAX_WIDTH", "UNION_MAX_FILL", "UNION_MIN_ROWS_PER_REQUEST", "SORT_MAX_WIDTH",
+    "UNION_ROWS", "UNION_MAX_WIDTH", "UNION_MAX_FILL", "UNION_MIN_ROWS_PER_REQUEST",
 ]  # fmt: skip
 
 
@@ -345,7 +345,6 @@ UNION_ROWS = 4  # rows per group of the union path (the union kernel's 64-row ti
 UNION_MAX_WIDTH = 2560  # selection width the one-kernel union prep holds (sparse_union.PREP_T_CAP)
 UNION_MAX_FILL = 0.6  # a group takes the union path iff its union has <= this share of R * T slots
 UNION_MIN_ROWS_PER_REQUEST = 16  # default union path: row groups of requests with this many rows (prefill chunks)
-SORT_MAX_WIDTH = SORT_CAP  # selection width the region sort holds
 
 
 def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, union: bool = False) -> Schedule:
@@ -366,7 +365,7 @@ def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, 
     if num_splits > 0:
         return Schedule(W4, num_splits)
     if work >= PREFILL_MIN_WAVES * sms:
-        return Schedule(W4, 1, UNION_ROWS if union and n_tok <= UNION_MAX_WIDTH else 0, sort=n_tok <= SORT_MAX_WIDTH)
+        return Schedule(W4, 1, UNION_ROWS if union and n_tok <= UNION_MAX_WIDTH else 0, sort=n_tok <= SORT_CAP)
     wanted = -(-DECODE_TARGET_WAVES * sms // work)
     cap = max(1, n_tok // MIN_SLOTS_PER_SPLIT)
     return Schedule(W4, max(1, min(wanted, cap)))
