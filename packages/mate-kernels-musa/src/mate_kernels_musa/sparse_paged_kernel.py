@@ -63,6 +63,51 @@ against 266.5 / 266.3 / 266.2, mixed batch 1431 / 1361 / 1364 against 1352 / 135
 uniform and 90%-overlap prefill within noise. The request search is not what delays the first
 gather; the decode 64 x 1 gap to the physical path (~1.6 us, no block table) is not this read.
 
+Per-token bulk copies on the TMA engine (session 15, patch ``.devrun/s15_bulk.diff``, probe
+``.devrun/s15_bulk.py``, Nsight Compute ``.devrun/ncu15.sh``; not kept). The idea was to take
+the K/V fill off the LSU path: each used slot's 512-byte K and V rows became one
+``cp.async.bulk`` each into unswizzled shared rows padded by 16 bytes (so ldmatrix stays
+conflict-free), completed on an mbarrier per buffer (``arrive.expect_tx`` by the issuing thread;
+a masked slot only arrives, and its row keeps earlier finite data while its score is -inf). K of
+block ``k + 1`` was loaded during block ``k``'s softmax and PV, and V during the next QK, as the
+one-stage cp.async pipeline does. Every variant matched the shipped kernel bitwise on all the
+cases below. The first build (one warp issuing, K and V both bulk) also ran the sparse GPU tests
+with its factory patched in: 103 passed and none failed before the run's time limit, which the
+builds used up. Same process, interleaved rounds, CUDA-graph medians after a read flush, us;
+``paged`` is uniform prefill with ``MATE_SPARSE_UNION=0`` (sorted ids, paged kernel alone):
+
+==============================================  ==============  ==============
+variant (final loop unless noted)               paged uniform   decode 64 x 1
+==============================================  ==============  ==============
+shipped cp.async gather (same runs)             2630-2818       79.7-81.9
+K and V bulk, one warp issues (first loop)      3494-3539       85.7-86.0
+K and V bulk, one warp issues                   3267-3321       85.4-85.6
+K and V by cp.async, completed on the mbarrier  3225-3279       85.0-85.4
+K bulk (one warp), V cp.async, padded (both)    3186-3294       85.6-86.3
+K and V bulk, 8 lanes of every warp issue       2939-2970       83.4-85.0
+K bulk (8 lanes a warp), V cp.async, padded     3067-3073       84.1-84.4
+K bulk (8 lanes a warp), V cp.async, swizzled   2759-2846       81.0-81.4
+==============================================  ==============  ==============
+
+The last variant was also measured on decode 64 x 4: 268.4-268.8 against 267.1-267.3.
+Through the default path on uniform blocks it took 2863-2872 against 2758-2878.
+
+Nsight Compute, uniform blocks with the paged kernel alone, one call after a read flush:
+
+* Shipped kernel: 2.56 ms. 539 M L2 read sectors from the SMs in 136 M requests; L2
+  throughput 86%, hit rate 44.6%, 6.57 GB read from DRAM.
+* cp.async into the padded rows: 3.17 ms. 810 M sectors in 354 M requests; L2 93% busy,
+  8.0 GB from DRAM. The padded rows start 16 bytes off a 128-byte line, so each warp's 512-byte
+  ``LDGSTS`` splits.
+* Bulk copies issued by 8 lanes of each warp: 2.90 ms. Only 5.58 GB from DRAM (L2 hit rate
+  66.5%) and 29% fewer shared-memory wavefronts.
+* With one warp issuing every copy, barrier waits were half the stall cycles (6.7 of 13.5 per
+  issued instruction).
+
+The per-request cost of 512-byte bulk copies outweighs what the LSU path saves. Splitting the
+copies between the engines only matches the cp.async gather. A bulk copy needs the K/V rows
+unswizzled in shared memory, so the compiler's swizzled layout is open only to cp.async.
+
 Timestamps inside the kernel (globaltimer, thread 0 of each CTA, before the Q change,
 median over CTAs, warm / after a read flush, us) had put the Q load phase at 4.5 / 8.5 per
 CTA, before any K/V gather starts, and the other fixed phases at: row resolution 1.1-1.7;
