@@ -217,6 +217,35 @@ prefill 4096 x 32768   232.8 / 230.8 / 235.4  241.6 / 240.6 / 246.6  237.5 / 238
 So the wasted diagonal tiles are not what the causal call pays for: removing most of them
 changed nothing beyond noise. The longer code cost the dense prefill, which runs none of the
 extra rungs, 3-5% (226 registers instead of 233, a different code layout).
+
+Board power (session 15, probe ``.devrun/s15_power.py``). Each call ran back to back for 2 s,
+with no flush, while ``nvidia-smi`` sampled every 50 ms. Medians of two rounds (the board's
+limit is 700 W; idle draw 76 W):
+
+=======================  ===========  ========  =========  ====================
+call                     us per call  power W   SM MHz     throttle reason
+=======================  ===========  ========  =========  ====================
+causal 32768 x 8192      402-403      691-693   1718-1725  software power cap
+dense prefill            273-274      693       1560-1575  software power cap
+``-inf`` only (blind)    150          370-371   1980       none
+1.07 GB ``fill_(-inf)``  232-234      461-465   1980       none
+bf16 GEMM 8192^3         1644         689-691   1485       software power cap
+=======================  ===========  ========  =========  ====================
+
+The GEMM half and the ``-inf`` half draw on one 700 W budget. This may be the shared resource
+that the storing-warp and second-stream attempts ran into. Energy above idle per call:
+
+* dense prefill: 168 mJ;
+* the blind call (the causal call's ``-inf`` volume): 44 mJ;
+* causal: 248 mJ.
+
+Even fully overlapped, the two halves would need ~(168 + 44) / (700 - 76) W = 340 us at
+sustained load, against 402 measured. So the power cap explains about half of the causal call's
+extra time over the prefill (sustained: 340 - 273 = 67 of 129 us). The other half is the
+causal call's own extra energy: 36 mJ above the two halves (~58 us at the cap), its extra
+instructions. The
+floors of QSA-DESIGN.md section 4 take the GEMM rate and the copy rate one at a time, so a call
+that needs both at once cannot reach them under this cap.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
