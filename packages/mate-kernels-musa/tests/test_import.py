@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import logging
 import subprocess
 import sys
 import textwrap
@@ -110,6 +111,29 @@ def test_entry_points_reject_the_cpu_before_compiling(name: str, gen) -> None:
         getattr(mate_kernels_musa, name)(plan)
     assert "cpu" in str(info.value) and "sm_90a" in str(info.value)
     assert _build.build.cache_info().currsize == compiled_before
+
+
+@pytest.mark.skipif(not HAS_TILELANG, reason="needs TileLang installed (build() imports it)")
+def test_build_logs_each_specialization_once(monkeypatch, caplog) -> None:
+    import tilelang
+
+    from mate_kernels_musa import _build
+
+    compiled, calls = object(), []
+    monkeypatch.setattr(tilelang, "compile", lambda func, **kw: calls.append(func) or compiled)
+
+    def fake_kernel(width):  # a factory: compile-time constants in, a prim_func out
+        return ("prim_func", width)
+
+    with caplog.at_level(logging.INFO, logger="mate_kernels_musa"):
+        assert _build.build(fake_kernel, target.CUDA_SM90A.name, 7) is compiled
+        assert _build.build(fake_kernel, target.CUDA_SM90A.name, 7) is compiled  # cached: not rebuilt
+    messages = [r.getMessage() for r in caplog.records if r.name == "mate_kernels_musa"]
+    assert calls == [("prim_func", 7)]
+    assert len(messages) == 2
+    assert messages[0] == f"building fake_kernel(7,) for {target.CUDA_SM90A.name} (first use in this process)"
+    assert messages[1].startswith(f"built fake_kernel(7,) for {target.CUDA_SM90A.name} in ")
+    assert messages[1].endswith(" s")
 
 
 def test_every_native_target_has_a_consistent_profile() -> None:

@@ -8,6 +8,11 @@ a config verified on one toolchain is not passed to another. :func:`build` compi
 specialization for one target profile and caches it for the process;
 TileLang's on-disk cache (``TILELANG_CACHE_DIR``) persists it across processes.
 
+Each build is logged on the ``mate_kernels_musa`` logger at INFO level, before it starts and
+when it is ready, with the elapsed time: a first call that compiles (several to tens of
+seconds per kernel with nvcc, much less from TileLang's on-disk cache) can be told from a
+hang with ``logging.basicConfig(level=logging.INFO)``; ``mate precompile`` builds ahead of time.
+
 A compiled kernel launches on the current CUDA device and that device's current stream (the
 backends make the plan's device current, :func:`mate_kernels_musa._native`), whichever device
 it was first launched on: on an H200 x2 (session 10), kernels first launched on ``cuda:0``
@@ -17,6 +22,8 @@ captured and replayed correctly in a CUDA graph on ``cuda:1``.
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +32,8 @@ import torch
 from mate_core.arch import native_target_for
 
 from .target import profile_for, profile_named
+
+logger = logging.getLogger("mate_kernels_musa")
 
 
 @functools.cache
@@ -50,6 +59,11 @@ def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     import tilelang
 
     prof = profile_named(profile)
+    name = f"{factory.__name__}{consts}"
+    logger.info("building %s for %s (first use in this process)", name, profile)
+    start = time.perf_counter()
     func = factory(*consts)
     configs = pass_configs(factory, profile)
-    return tilelang.compile(func, target=prof.tvm_target(), pass_configs=configs or None, execution_backend="auto")
+    kernel = tilelang.compile(func, target=prof.tvm_target(), pass_configs=configs or None, execution_backend="auto")
+    logger.info("built %s for %s in %.1f s", name, profile, time.perf_counter() - start)
+    return kernel
