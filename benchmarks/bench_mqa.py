@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from benchmarks.checks import check_agreement
-from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
+from benchmarks.timing import env_info, measure_ceilings, native_fields, time_cuda_graph
 
 H, D = 4, 128
 SCALE = 1.0 / math.sqrt(D)
@@ -63,9 +63,7 @@ def _row(name: str, shape: str, native: dict, torch_t: dict | None, floor_us: fl
     row = {
         "name": name,
         "shape": shape,
-        "native_us": native["median_us"],
-        "native_p10_us": native["p10_us"],
-        "native_p90_us": native["p90_us"],
+        **native_fields(native),
         "floor_us": floor_us,
         "ratio_to_floor": native["median_us"] / floor_us,
         **extra,

@@ -56,7 +56,7 @@ from typing import Any
 import torch
 
 from benchmarks.checks import check_agreement
-from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
+from benchmarks.timing import env_info, measure_ceilings, native_fields, time_cuda_graph
 
 HQ, HKV, D = 24, 2, 256
 PAGE = 64
@@ -290,9 +290,7 @@ def _timed_row(name: str, kw: dict[str, Any], ids: str, sched, native: dict[str,
         "rows": kw["query"].shape[0],
         "width": kw[ids].shape[1],
         "schedule": sched.label,
-        "native_us": native["median_us"],
-        "native_p10_us": native["p10_us"],
-        "native_p90_us": native["p90_us"],
+        **native_fields(native),
         "floor_us": floor,
         "ratio_to_floor": native["median_us"] / floor,
         "floor_us_at_4.27TBps": floor_design,

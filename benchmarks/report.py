@@ -7,7 +7,8 @@ Works anywhere the JSON is (plots need matplotlib; the table uses rich when pres
 Row schema (written by ``benchmarks.suite``): one ``{"name": "ceilings", ...}`` row with
 ``copy_TBps``, ``gemm4096_TFLOPs``, ``gemm8192_TFLOPs`` and the environment; case rows with
 ``op``, ``name``, ``shape``, ``native_us``, ``floor_us``, ``ratio_to_floor``, optional
-``torch_us``/``flex_us`` and speedups, ``bytes`` and ``flops``; sweep rows additionally with
+``torch_us``/``flex_us`` and speedups, ``bytes`` and ``flops``, and where NVML answered the
+GPU state of the native timing (``sm_mhz``, ``power_w``, ``power_cap_pct``); sweep rows additionally with
 ``sweep`` (the swept axis) and ``x`` (its value).
 """
 
@@ -25,10 +26,11 @@ __all__ = ["load", "table_rows", "render_table", "write_csv", "plot", "readme_se
 
 BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
 COLUMNS = ("op", "name", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", "TFLOPs", "torch_us", "speedup_vs_torch",
-           "flex_us", "speedup_vs_flex")  # fmt: skip
+           "flex_us", "speedup_vs_flex", "sm_mhz", "power_cap_pct")  # fmt: skip
 # Every row of the JSON, cases and sweep points, with unrounded values (empty where a row lacks one).
 CSV_COLUMNS = ("op", "name", "sweep", "x", "shape", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", "TFLOPs",
-               "torch_us", "speedup_vs_torch", "flex_us", "speedup_vs_flex", "bytes", "flops")  # fmt: skip
+               "torch_us", "speedup_vs_torch", "flex_us", "speedup_vs_flex", "bytes", "flops", "sm_mhz", "power_w",
+               "power_cap_pct")  # fmt: skip
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -162,8 +164,8 @@ def readme_section(doc: dict[str, Any], plot_paths: list[str]) -> str:
         f"{c['gemm8192_TFLOPs']:.0f} TFLOP/s (8192^3). Medians of CUDA-graph replays, L2 flushed before each (a 256 MB read).",
         "",
         "| op | case | native us | floor us | x floor | eff. TB/s | TFLOP/s | PyTorch us | speedup | FlexAttention us "
-        "| speedup |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| speedup | SM MHz | power-capped % |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in table_rows(doc):
         lines.append("| " + " | ".join(r) + " |")
@@ -174,7 +176,9 @@ def readme_section(doc: dict[str, Any], plot_paths: list[str]) -> str:
         "output write); sparse attention moves the selected K/V of every row with no reuse, so "
         "prefill rows that share blocks through the L2 can beat it (x floor < 1). eff. TB/s is the "
         "floor's bytes over the native time. `_physical` rows run the same selections through "
-        "`selected_kv_indices` (no gate).",
+        "`selected_kv_indices` (no gate). SM MHz (median) and power-capped % (the share of samples whose "
+        "clock was held back by the board's power cap) come from NVML, read every 2 ms during the timed "
+        "replays of the native call.",
         "",
     ]
     lines += [f"![{Path(p).stem}]({p})" for p in plot_paths]

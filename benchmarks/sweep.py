@@ -17,7 +17,7 @@ import torch
 
 from benchmarks import bench_mqa, bench_sparse
 from benchmarks.checks import check_agreement
-from benchmarks.timing import time_cuda_graph
+from benchmarks.timing import native_fields, time_cuda_graph
 
 __all__ = ["points", "run_point"]
 
@@ -100,7 +100,7 @@ def _timed(native: Callable[[], Any], torch_fn: Callable[[], Any], out: torch.Te
     t_native = time_cuda_graph(native, reps=reps)
     t_torch = time_cuda_graph(torch_fn, reps=max(5, reps // 5))
     return {
-        "native_us": t_native["median_us"],
+        **native_fields(t_native),
         "torch_us": t_torch["median_us"],
         "speedup_vs_torch": t_torch["median_us"] / t_native["median_us"],
         "rel_l2_vs_torch": err,

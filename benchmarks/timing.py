@@ -6,7 +6,8 @@ flushed (or the inputs rotated) before every replay outside the timed window. Th
 default flush reads a 256 MB buffer (clean lines only); ``flush_mode="write"`` is
 the stricter variant that also leaves dirty lines to write back.
 Ceilings (copy bandwidth, bf16 GEMM rate) are measured in the same process as
-the kernels they judge.
+the kernels they judge. Where NVML is present, each timing also carries the SM clock, board
+power and the share of samples held back by the power cap over its timed replays.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["time_cuda_graph", "time_eager", "measure_ceilings", "env_info", "L2Flusher"]
+from .gpu_state import STATE_KEYS, GpuStateSampler
+
+__all__ = ["time_cuda_graph", "time_eager", "native_fields", "measure_ceilings", "env_info", "L2Flusher"]
 
 
 class L2Flusher:
@@ -84,7 +87,8 @@ def time_cuda_graph(
 
     Returns
     -------
-    dict with median_us, p10_us, p90_us, min_us, reps.
+    dict with median_us, p10_us, p90_us, min_us, reps, and where NVML answers the GPU state
+    over the timed replays (:mod:`.gpu_state`): sm_mhz, power_w, power_cap_pct, state_samples.
     """
     if callable(fns):
         fns = [fns]
@@ -107,14 +111,15 @@ def time_cuda_graph(
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for g in graphs:  # one untimed replay each
         g.replay()
-    for i in range(reps):
-        if flusher is not None:
-            flusher()
-        starts[i].record()
-        graphs[i % len(graphs)].replay()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return _summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    with GpuStateSampler() as state:
+        for i in range(reps):
+            if flusher is not None:
+                flusher()
+            starts[i].record()
+            graphs[i % len(graphs)].replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+    return {**_summarize([s.elapsed_time(e) for s, e in zip(starts, ends)]), **state.summary()}
 
 
 def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_l2: bool = True,
@@ -125,14 +130,26 @@ def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_
     flusher = L2Flusher(mode=flush_mode) if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        if flusher is not None:
-            flusher()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return _summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    with GpuStateSampler() as state:
+        for i in range(reps):
+            if flusher is not None:
+                flusher()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+    return {**_summarize([s.elapsed_time(e) for s, e in zip(starts, ends)]), **state.summary()}
+
+
+def native_fields(native: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a benchmark row that come from the native timing: median, p10 and p90 (us)
+    and, where it was sampled, the GPU state over the timed replays (``STATE_KEYS``)."""
+    return {
+        "native_us": native["median_us"],
+        "native_p10_us": native["p10_us"],
+        "native_p90_us": native["p90_us"],
+        **{k: native[k] for k in STATE_KEYS if k in native},
+    }
 
 
 def measure_ceilings(device: str | torch.device = "cuda") -> dict[str, float]:

@@ -1,0 +1,122 @@
+"""SM clock, board power and throttle state, sampled while a benchmark times a call.
+
+Under load the H200 holds its board power at 700 W by lowering the SM clock, with the throttle
+reason "software power cap". Session 15 measured this back to back: the GEMM-heavy MQA calls
+ran at 1.5-1.7 GHz, while the calls that mostly move memory ran at 1.98 GHz. So the samples show
+which timed rows ran clock-limited.
+
+NVML is reached through ``ctypes``, so there is no extra dependency. Where it is missing (no
+NVIDIA driver, another vendor's GPU, a CPU-only machine), the sampler records nothing and
+:meth:`GpuStateSampler.summary` is empty.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import statistics
+import threading
+from typing import Any
+
+import torch
+
+__all__ = ["GpuStateSampler", "STATE_KEYS", "summarize"]
+
+STATE_KEYS = ("sm_mhz", "power_w", "power_cap_pct", "state_samples")
+NVML_CLOCK_SM = 1
+# Clock event reasons that mean "held back by power": software power cap, hardware power brake.
+POWER_CAP_REASONS = 0x4 | 0x80
+
+
+class _Nvml:
+    """One device's NVML handle: :meth:`read` gives (SM MHz, power mW, clock event reasons) or None."""
+
+    def __init__(self, lib: ctypes.CDLL, handle: ctypes.c_void_p) -> None:
+        self.lib, self.handle = lib, handle
+        # The event-reasons name is the current one; older drivers only have the throttle-reasons name.
+        newer = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        self._reasons = newer or lib.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def read(self) -> tuple[int, int, int] | None:
+        mhz, mw, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(mhz)) != 0:
+            return None
+        if self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw)) != 0:
+            return None
+        if self._reasons(self.handle, ctypes.byref(reasons)) != 0:
+            return None
+        return mhz.value, mw.value, reasons.value
+
+
+@functools.cache
+def _nvml_for(index: int) -> _Nvml | None:
+    """NVML for CUDA device ``index`` (matched by UUID, so ``CUDA_VISIBLE_DEVICES`` is honoured); None without NVML."""
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if lib.nvmlInit_v2() != 0:
+            return None
+        handle = ctypes.c_void_p()
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        if uuid is None or lib.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode(), ctypes.byref(handle)) != 0:
+            if lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
+                return None
+        nvml = _Nvml(lib, handle)
+        return nvml if nvml.read() is not None else None
+    except (OSError, AttributeError, RuntimeError, AssertionError):
+        return None
+
+
+def summarize(samples: list[tuple[int, int, int]]) -> dict[str, Any]:
+    """Medians of the SM clock (MHz) and board power (W, NVML's averaged reading) and the share of
+    samples held back by power (%); empty without samples."""
+    if not samples:
+        return {}
+    return {
+        "sm_mhz": statistics.median(s[0] for s in samples),
+        "power_w": statistics.median(s[1] for s in samples) / 1000,
+        "power_cap_pct": 100 * sum(1 for s in samples if s[2] & POWER_CAP_REASONS) / len(samples),
+        "state_samples": len(samples),
+    }
+
+
+class GpuStateSampler:
+    """Context manager: a thread reads NVML every ``interval_s`` while the block runs.
+
+    Parameters
+    ----------
+    device
+        CUDA device index (default: the current device).
+    interval_s
+        Sampling period in seconds (an NVML read takes tens of microseconds).
+    """
+
+    def __init__(self, device: int | None = None, interval_s: float = 0.002) -> None:
+        self.interval_s = interval_s
+        self.samples: list[tuple[int, int, int]] = []
+        available = torch.cuda.is_available()
+        self._nvml = _nvml_for(torch.cuda.current_device() if device is None else device) if available else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while True:
+            s = self._nvml.read()
+            if s is not None:
+                self.samples.append(s)
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> GpuStateSampler:
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._run, name="gpu-state-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        """:func:`summarize` of the samples taken (empty where NVML is unavailable)."""
+        return summarize(self.samples)
