@@ -8,7 +8,7 @@ Row schema (written by ``benchmarks.suite``): one ``{"name": "ceilings", ...}`` 
 ``copy_TBps``, ``gemm4096_TFLOPs``, ``gemm8192_TFLOPs`` and the environment; case rows with
 ``op``, ``name``, ``shape``, ``native_us``, ``floor_us``, ``ratio_to_floor``, optional
 ``torch_us``/``flex_us`` and speedups, ``bytes`` and ``flops``, and where NVML answered the
-GPU state of the native timing (``sm_mhz``, ``power_w``, ``power_cap_pct``); sweep rows additionally with
+GPU state of the native timing (``sm_mhz``, ``power_cap_pct``); sweep rows additionally with
 ``sweep`` (the swept axis) and ``x`` (its value).
 """
 
@@ -29,7 +29,7 @@ COLUMNS = ("op", "name", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", 
            "flex_us", "speedup_vs_flex", "sm_mhz", "power_cap_pct")  # fmt: skip
 # Every row of the JSON, cases and sweep points, with unrounded values (empty where a row lacks one).
 CSV_COLUMNS = ("op", "name", "sweep", "x", "shape", "native_us", "floor_us", "ratio_to_floor", "eff_TBps", "TFLOPs",
-               "torch_us", "speedup_vs_torch", "flex_us", "speedup_vs_flex", "bytes", "flops", "sm_mhz", "power_w",
+               "torch_us", "speedup_vs_torch", "flex_us", "speedup_vs_flex", "bytes", "flops", "sm_mhz",
                "power_cap_pct")  # fmt: skip
 
 

@@ -6,8 +6,8 @@ flushed (or the inputs rotated) before every replay outside the timed window. Th
 default flush reads a 256 MB buffer (clean lines only); ``flush_mode="write"`` is
 the stricter variant that also leaves dirty lines to write back.
 Ceilings (copy bandwidth, bf16 GEMM rate) are measured in the same process as
-the kernels they judge. Where NVML is present, each timing also carries the SM clock, board
-power and the share of samples held back by the power cap over its timed replays.
+the kernels they judge. Where NVML is present, each timing also carries the median SM clock and
+the share of samples held back by the power cap over its timed replays.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def time_cuda_graph(
     Returns
     -------
     dict with median_us, p10_us, p90_us, min_us, reps, and where NVML answers the GPU state
-    over the timed replays (:mod:`.gpu_state`): sm_mhz, power_w, power_cap_pct, state_samples.
+    over the timed replays (:mod:`.gpu_state`): sm_mhz, power_cap_pct, state_samples.
     """
     if callable(fns):
         fns = [fns]

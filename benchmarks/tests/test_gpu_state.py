@@ -11,24 +11,24 @@ from benchmarks.timing import native_fields
 
 
 def test_summarize_gives_medians_and_power_cap_share() -> None:
-    samples = [(1980, 370_000, 0x0), (1725, 690_000, 0x4), (1710, 695_000, 0x4), (1500, 700_000, 0x80 | 0x1)]
+    samples = [(1980, 0x0), (1725, 0x4), (1710, 0x4), (1500, 0x80 | 0x1)]
     s = gpu_state.summarize(samples)
-    assert s == {"sm_mhz": 1717.5, "power_w": 692.5, "power_cap_pct": 75.0, "state_samples": 4}
+    assert s == {"sm_mhz": 1717.5, "power_cap_pct": 75.0, "state_samples": 4}
     assert set(s) == set(gpu_state.STATE_KEYS)
     assert gpu_state.summarize([]) == {}
 
 
 def test_thermal_or_idle_reasons_are_not_power_caps() -> None:
-    assert gpu_state.summarize([(1400, 500_000, 0x1 | 0x20 | 0x40)])["power_cap_pct"] == 0
+    assert gpu_state.summarize([(1400, 0x1 | 0x20 | 0x40)])["power_cap_pct"] == 0
 
 
 class _FakeNvml:
     def __init__(self) -> None:
         self.reads = 0
 
-    def read(self) -> tuple[int, int, int]:
+    def read(self) -> tuple[int, int]:
         self.reads += 1
-        return 1700, 690_000, 0x4
+        return 1700, 0x4
 
 
 def test_sampler_reads_until_the_block_ends(monkeypatch) -> None:
@@ -41,7 +41,7 @@ def test_sampler_reads_until_the_block_ends(monkeypatch) -> None:
     time.sleep(0.01)
     assert fake.reads == reads  # the thread stopped with the block
     assert len(sampler.samples) == reads >= 2
-    assert sampler.summary() == {"sm_mhz": 1700, "power_w": 690.0, "power_cap_pct": 100.0, "state_samples": reads}
+    assert sampler.summary() == {"sm_mhz": 1700, "power_cap_pct": 100.0, "state_samples": reads}
 
 
 def test_sampler_without_nvml_records_nothing(monkeypatch) -> None:
@@ -61,10 +61,10 @@ def test_sampler_on_a_cpu_machine_is_empty() -> None:
 
 def test_rows_and_report_carry_the_state() -> None:
     timing = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "min_us": 98.0, "reps": 10,
-              "sm_mhz": 1725.0, "power_w": 691.4, "power_cap_pct": 100.0, "state_samples": 40}  # fmt: skip
+              "sm_mhz": 1725.0, "power_cap_pct": 100.0, "state_samples": 40}  # fmt: skip
     fields = native_fields(timing)
     assert fields["native_us"] == 100.0 and fields["sm_mhz"] == 1725.0 and fields["power_cap_pct"] == 100.0
     assert "min_us" not in fields and "median_us" not in fields
     assert "sm_mhz" not in native_fields({"median_us": 1.0, "p10_us": 1.0, "p90_us": 1.0})
     assert report.COLUMNS[-2:] == ("sm_mhz", "power_cap_pct")
-    assert {"sm_mhz", "power_w", "power_cap_pct"} <= set(report.CSV_COLUMNS)
+    assert {"sm_mhz", "power_cap_pct"} <= set(report.CSV_COLUMNS)

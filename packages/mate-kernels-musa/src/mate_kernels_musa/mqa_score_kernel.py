@@ -232,20 +232,24 @@ dense prefill            273-274      693       1560-1575  software power cap
 bf16 GEMM 8192^3         1644         689-691   1485       software power cap
 =======================  ===========  ========  =========  ====================
 
-The GEMM half and the ``-inf`` half draw on one 700 W budget. This may be the shared resource
-that the storing-warp and second-stream attempts ran into. Energy above idle per call:
+Under sustained load, then, the GEMM half and the ``-inf`` half draw on one 700 W budget.
+Energy above idle per call:
 
 * dense prefill: 168 mJ;
 * the blind call (the causal call's ``-inf`` volume): 44 mJ;
 * causal: 248 mJ.
 
 Even fully overlapped, the two halves would need ~(168 + 44) / (700 - 76) W = 340 us at
-sustained load, against 402 measured. So the power cap explains about half of the causal call's
-extra time over the prefill (sustained: 340 - 273 = 67 of 129 us). The other half is the
-causal call's own extra energy: 36 mJ above the two halves (~58 us at the cap), its extra
-instructions. The
-floors of QSA-DESIGN.md section 4 take the GEMM rate and the copy rate one at a time, so a call
-that needs both at once cannot reach them under this cap.
+sustained load, against 402 measured (273 for the prefill). There, about half of the causal
+call's extra time over the prefill is the cap (340 - 273 = 67 of 129 us). The other half is the
+call's own extra energy: 36 mJ above the two halves (~58 us at the cap), its extra instructions.
+
+This is not what the benchmark suite measures. Its timing windows are about 10 ms (30 graph
+replays, each after an L2 flush). The benchmark's NVML samples (every 2 ms) show both MQA
+prefill calls at 1980 MHz, with no sample held back by the cap, in the same run that timed the
+causal call at 374.8 us (1.47x) and the prefill at 235.1 us. So in the suite the cap does not
+explain the 1.47x, and the shared resource that keeps the two halves from overlapping at full
+clocks is still not identified.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
