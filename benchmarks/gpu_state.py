@@ -4,8 +4,8 @@ Under sustained load the H200 holds its board power at 700 W by lowering the SM 
 throttle reason "software power cap". Session 15 ran calls back to back for 2 s: the GEMM-heavy
 MQA calls ran at 1.5-1.7 GHz, the calls that mostly move memory at 1.98 GHz. In the suite's
 timing windows the same MQA calls kept 1.98 GHz with no capped sample (30 replays, about 10 ms).
-The sparse prefill rows, timed over 50-150 ms, were capped in 30-100% of their samples
-(1.88-1.97 GHz). So the samples show which timed rows ran clock-limited.
+The sparse prefill rows, timed over 100 replays (130-300 ms), were capped in 0-100% of their
+samples (1.88-1.98 GHz). So the samples show which timed rows ran clock-limited.
 
 NVML is reached through ``ctypes``, so there is no extra dependency. Where it is missing (no
 NVIDIA driver, another vendor's GPU, a CPU-only machine), the sampler records nothing and
