@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import statistics
 import threading
 from typing import Any
@@ -55,7 +56,12 @@ class _Nvml:
 
 @functools.cache
 def _nvml_for(index: int) -> _Nvml | None:
-    """NVML for CUDA device ``index`` (matched by UUID, so ``CUDA_VISIBLE_DEVICES`` is honoured); None without NVML."""
+    """NVML for CUDA device ``index``, or None without NVML.
+
+    The device is matched by UUID. NVML numbers every GPU of the machine, while CUDA numbers
+    only those ``CUDA_VISIBLE_DEVICES`` lets through. So the CUDA index is used as the NVML index
+    only when that variable is unset, and otherwise nothing is sampled rather than another GPU.
+    """
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
         if lib.nvmlInit_v2() != 0:
@@ -63,6 +69,8 @@ def _nvml_for(index: int) -> _Nvml | None:
         handle = ctypes.c_void_p()
         uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
         if uuid is None or lib.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode(), ctypes.byref(handle)) != 0:
+            if "CUDA_VISIBLE_DEVICES" in os.environ:
+                return None
             if lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
                 return None
         nvml = _Nvml(lib, handle)

@@ -68,3 +68,46 @@ def test_rows_and_report_carry_the_state() -> None:
     assert "sm_mhz" not in native_fields({"median_us": 1.0, "p10_us": 1.0, "p90_us": 1.0})
     assert report.COLUMNS[-2:] == ("sm_mhz", "power_cap_pct")
     assert {"sm_mhz", "power_cap_pct"} <= set(report.CSV_COLUMNS)
+
+
+class _FakeLib:
+    """Stands in for libnvidia-ml: the UUID lookup fails, the index lookup and reads succeed."""
+
+    def __init__(self) -> None:
+        self.by_index = []
+
+    def nvmlInit_v2(self) -> int:
+        return 0
+
+    def nvmlDeviceGetHandleByUUID(self, uuid, handle) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle) -> int:
+        self.by_index.append(index)
+        return 0
+
+    def nvmlDeviceGetClockInfo(self, handle, clock, out) -> int:
+        return 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle, out) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("visible", [None, "1"])
+def test_index_fallback_only_without_cuda_visible_devices(monkeypatch, visible) -> None:
+    lib = _FakeLib()
+    monkeypatch.setattr(gpu_state.ctypes, "CDLL", lambda name: lib)
+    monkeypatch.setattr(gpu_state.torch.cuda, "get_device_properties", lambda index: object())  # no uuid
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    gpu_state._nvml_for.cache_clear()
+    try:
+        nvml = gpu_state._nvml_for(0)
+    finally:
+        gpu_state._nvml_for.cache_clear()
+    if visible is None:
+        assert nvml is not None and lib.by_index == [0]
+    else:  # CUDA's device 0 is NVML's device 1 here: better no samples than another GPU's
+        assert nvml is None and lib.by_index == []
