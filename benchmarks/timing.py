@@ -107,19 +107,9 @@ def time_cuda_graph(
             fn()
         graphs.append(g)
     flusher = L2Flusher(mode=flush_mode) if flush_l2 else None
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for g in graphs:  # one untimed replay each
         g.replay()
-    with GpuStateSampler() as state:
-        for i in range(reps):
-            if flusher is not None:
-                flusher()
-            starts[i].record()
-            graphs[i % len(graphs)].replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-    return {**_summarize([s.elapsed_time(e) for s, e in zip(starts, ends)]), **state.summary()}
+    return _timed(lambda i: graphs[i % len(graphs)].replay(), reps, flusher)
 
 
 def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_l2: bool = True,
@@ -128,6 +118,12 @@ def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_
     for _ in range(warmup):
         fn()
     flusher = L2Flusher(mode=flush_mode) if flush_l2 else None
+    return _timed(lambda i: fn(), reps, flusher)
+
+
+def _timed(call: Callable[[int], Any], reps: int, flusher: L2Flusher | None) -> dict[str, Any]:
+    """Calls ``call(0) .. call(reps - 1)``, each after the flush (outside the timed window) and
+    bracketed by CUDA events; the summary of their times plus the GPU state sampled over them."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     with GpuStateSampler() as state:
@@ -135,7 +131,7 @@ def time_eager(fn: Callable[[], Any], *, reps: int = 20, warmup: int = 2, flush_
             if flusher is not None:
                 flusher()
             starts[i].record()
-            fn()
+            call(i)
             ends[i].record()
         torch.cuda.synchronize()
     return {**_summarize([s.elapsed_time(e) for s, e in zip(starts, ends)]), **state.summary()}

@@ -111,3 +111,37 @@ def test_index_fallback_only_without_cuda_visible_devices(monkeypatch, visible) 
         assert nvml is not None and lib.by_index == [0]
     else:  # CUDA's device 0 is NVML's device 1 here: better no samples than another GPU's
         assert nvml is None and lib.by_index == []
+
+
+def test_timed_loop_flushes_before_each_call_and_summarizes(monkeypatch) -> None:
+    from benchmarks import timing
+
+    log = []
+
+    class _Event:
+        def __init__(self, enable_timing: bool) -> None:
+            self.at = None
+
+        def record(self) -> None:
+            self.at = len(log)
+
+        def elapsed_time(self, end: _Event) -> float:  # ms: the log entries between the two events
+            return float(end.at - self.at)
+
+    monkeypatch.setattr(timing.torch.cuda, "Event", _Event)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(timing, "GpuStateSampler", lambda: _NoState())
+    out = timing._timed(lambda i: log.append(f"call{i}"), 3, lambda: log.append("flush"))
+    assert log == ["flush", "call0", "flush", "call1", "flush", "call2", "sync"]
+    assert out["reps"] == 3 and out["median_us"] == 1000.0 and out["sm_mhz"] == 1980
+
+
+class _NoState:
+    def __enter__(self) -> _NoState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def summary(self) -> dict:
+        return {"sm_mhz": 1980}
