@@ -199,3 +199,24 @@ def test_return_lse_allocates(gen, query):
     assert plan.lse.shape == (ROWS, 4) and same_memory(plan.lse, plan.lse_result)
     out, lse = plan.returned()
     assert out is plan.out_result and lse is plan.lse_result
+
+
+@pytest.mark.parametrize("kv", KV_LAYOUTS)
+def test_padded_query_with_no_rows(gen, kv):
+    # Q == 0 is a padded query with no rows, not a flattened one (q_len is 0 for both).
+    args = sparse_call(gen, query="padded", kv=kv)
+    args["query"] = args["query"][:, :0]
+    args["token_indices"] = args["token_indices"][:, :0]
+    plan = plan_sparse_attention(**args, return_lse=True)
+    assert plan.padded and plan.q_len == 0 and plan.rows == 0 and plan.num_requests == B
+    assert plan.out_result.shape == args["query"].shape and plan.lse_result.shape == args["query"].shape[:-1]
+
+
+@pytest.mark.parametrize("sliced", ["columns", "transposed"])
+def test_sliced_positions_without_copy(gen, sliced):
+    # Metadata may be any sliced view (spec); a [B, Q] slice with no [rows] view stays 2-D.
+    args = sparse_call(gen, query="padded")
+    table = ints((B, Q + 2)) if sliced == "columns" else ints((Q, B)).t()
+    pos = table[:, :Q]
+    plan = plan_sparse_attention(**args, query_positions=pos)
+    assert plan.query_positions is pos and pos.shape == (B, Q)

@@ -49,6 +49,15 @@ def test_valid_native_call_reaches_arch_gate(gen, layout, changes):
     assert plan.backend == "reference"
 
 
+def test_padded_query_with_no_rows_reaches_arch_gate(gen):
+    # Not mistaken for a flattened query (which native padded K/V rejects): q_len is 0 for both.
+    args = _native(gen, kv="padded")
+    args["query"] = args["query"][:, :0]
+    args["token_indices"] = args["token_indices"][:, :0]
+    with pytest.raises(UnsupportedTargetError, match="backend='reference'"):
+        plan_sparse_attention(**args)
+
+
 INT64_METADATA = [
     ({}, "token_indices", lambda a: a["token_indices"].long()),
     ({}, "block_table", lambda a: a["block_table"].long()),

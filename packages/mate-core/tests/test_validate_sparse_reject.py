@@ -115,7 +115,6 @@ CASES = [
     (P, {"query_positions": ints((ROWS,))}, V, "query_positions"),
     (P, {"query_positions": _lead_ints(1)}, V, "query_positions"),
     (P, {"query_positions": _lead_ints(dtype=torch.float32)}, T, "query_positions"),
-    (P, {"query_positions": _transposed_rows()}, V, "query_positions"),
     (F, {"query_positions": ints((B, Q))}, V, "query_positions"),
     # token_indices, block_indices, assume_compact_blocks
     (P, {"token_indices": None}, V, "token_indices"),

@@ -158,6 +158,32 @@ def test_padded_kv(gen: torch.Generator) -> None:
     native, ref = _plans(case)
     sparse_attention(native)
     _check(native, ref, case)
+    # [B, Q] positions sliced from a wider table (no [rows] view without a copy): the launcher flattens them.
+    table = torch.randint(0, s + 10, (b, q + 4), generator=gen, dtype=torch.int32).cuda()
+    case = cases.Case({**case.kwargs, "query_positions": table[:, 2 : q + 2]})
+    native, ref = _plans(case)
+    assert native.query_positions.shape == (b, q)
+    sparse_attention(native)
+    _check(native, ref, case)
+
+
+@pytest.mark.parametrize("kv", ["paged", "padded"])
+def test_padded_query_with_no_rows(kv: str, gen: torch.Generator) -> None:
+    """A padded query [B, 0, Hq, D] through the public call: empty out and LSE, no launch, no error."""
+    import mate
+
+    b, t = 3, 40
+    kw = {"query": torch.randn(b, 0, 24, 256, device="cuda", dtype=torch.bfloat16),
+          "token_indices": torch.zeros(b, 0, t, dtype=torch.int32, device="cuda"), "return_lse": True}  # fmt: skip
+    if kv == "paged":
+        kv_shape = (8, 64, 2, 256)
+        kw["block_table"] = torch.randint(0, 8, (b, 2), generator=gen, dtype=torch.int32).cuda()
+    else:
+        kv_shape = (b, 128, 2, 256)
+    kw["key"] = torch.randn(kv_shape, device="cuda", dtype=torch.bfloat16)
+    kw["value"] = torch.randn(kv_shape, device="cuda", dtype=torch.bfloat16)
+    out, lse = mate.qsa_sparse_attention(**kw)
+    assert out.shape == (b, 0, 24, 256) and lse.shape == (b, 0, 24)
 
 
 @pytest.mark.parametrize("query_kind", ["cu", "t2r", "padded"])

@@ -149,6 +149,33 @@ def test_sparse_attention_binds_out_and_lse_buffers(make_case, gen) -> None:
     torch.testing.assert_close(lse, expected_lse)  # written even though return_lse=False
 
 
+def test_sparse_attention_padded_query_with_no_rows(make_case, gen) -> None:
+    # A padded query [B, 0, Hq, D] (e.g. a batch slot with nothing to decode) is not a flattened one.
+    _name, (query, key, value, tokens), kwargs = make_case("sparse_attention", gen)
+    kwargs = {**kwargs, "gate": kwargs["gate"][:, :0]}
+    out, lse = mate.qsa_sparse_attention(query[:, :0], key, value, tokens[:, :0], **kwargs)
+    assert out.shape == (query.shape[0], 0, *query.shape[2:]) and lse.shape == (query.shape[0], 0, query.shape[2])
+
+
+def test_sliced_query_positions_match_a_contiguous_copy(make_case, gen) -> None:
+    # [B, Q] positions sliced from a wider table (no [rows] view without a copy) are metadata the
+    # spec accepts as views; the result must equal the one with a contiguous copy.
+    _name, (query, key, value, tokens), kwargs = make_case("sparse_attention", gen)
+    b, q = query.shape[:2]
+    table = torch.randint(0, 8, (b, q + 3), generator=gen, dtype=torch.int32)
+    pos = table[:, 1 : q + 1]
+    got = mate.qsa_sparse_attention(query, key, value, tokens, **kwargs, query_positions=pos)
+    want = mate.qsa_sparse_attention(query, key, value, tokens, **kwargs, query_positions=pos.contiguous())
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.nan_to_num(), w.nan_to_num())
+    q_idx = torch.randn(b, q, 4, 128, generator=gen, dtype=torch.bfloat16)
+    keys = torch.randn(b, 5, 128, generator=gen, dtype=torch.bfloat16)
+    pos = (table * 2)[:, 1 : q + 1]
+    got = mate.qsa_indexer_mqa_score(q_idx, keys, query_positions=pos, backend="reference")
+    want = mate.qsa_indexer_mqa_score(q_idx, keys, query_positions=pos.contiguous(), backend="reference")
+    assert torch.isinf(got).any() and torch.isfinite(got).any() and torch.equal(got, want)
+
+
 # Each backend function on its plan, and what the public function must return from that plan.
 REFERENCE = {
     "indexer_score": (mate_reference.mqa.indexer_score, lambda plan: plan.result),

@@ -25,7 +25,7 @@ class QueryLayout(NamedTuple):
     lead: ``query.shape[:-2]``, i.e. (B, Q) padded or (rows,) flattened; every
         query-row-indexed argument (indices, positions, gate, out) starts with it.
     num_requests: R (0 on the physical path, which has no requests).
-    q_len: Q for padded queries, 0 for flattened ones.
+    q_len: Q for padded queries (may be 0), 0 for flattened ones: tell them apart by ``len(lead)``.
     cu_seqlens_q: [R+1] or None; token_to_req: [rows] or None.
     """
 

@@ -14,7 +14,10 @@ from ._sparse_query import QueryLayout
 from .checks import describe, require_bool, require_metadata, require_same_device, require_tensor, row_view
 from .errors import MateTypeError, MateValueError
 
-__all__ = ["Selection", "row_metadata", "logical_selection", "physical_selection", "check_compact_blocks", "gate_rows"]
+__all__ = [
+    "Selection", "row_metadata", "lead_metadata", "positions_view", "logical_selection", "physical_selection",
+    "check_compact_blocks", "gate_rows",
+]  # fmt: skip
 
 MAX_HINT_BLOCKS = 512  # block_indices width limit; 512 blocks x 4 + 3 tail = 2051 slots
 
@@ -35,6 +38,13 @@ def row_metadata(
     name: str, t: object, backend: str, query: torch.Tensor, layout: QueryLayout, width: str | None
 ) -> torch.Tensor:
     """Integer metadata shaped ``lead + [width]`` (or ``lead`` when width is None), as a row view."""
+    return row_view(name, lead_metadata(name, t, backend, query, layout, width), len(layout.lead))
+
+
+def lead_metadata(
+    name: str, t: object, backend: str, query: torch.Tensor, layout: QueryLayout, width: str | None
+) -> torch.Tensor:
+    """Integer metadata shaped ``lead + [width]`` (or ``lead`` when width is None), as given."""
     t = require_metadata(name, t, backend, "query", query)
     rank = len(layout.lead) + (width is not None)
     if t.dim() != rank or tuple(t.shape[: len(layout.lead)]) != layout.lead:
@@ -43,7 +53,24 @@ def row_metadata(
             f"{name}: got shape {list(t.shape)}; expected {_lead_text(layout)}{tail} with leading axes "
             f"{list(layout.lead)} matching query {list(query.shape)}"
         )
-    return row_view(name, t, len(layout.lead))
+    return t
+
+
+def positions_view(t: torch.Tensor) -> torch.Tensor:
+    """``query_positions`` ``[B, Q]`` (or already ``[rows]``) as a ``[rows]`` view where one exists
+    without a copy; otherwise the ``[B, Q]`` tensor itself.
+
+    The spec asks zero-copy row views only of query, indices, gate and out: positions are
+    metadata, which may be any sliced view. A ``[B, Q]`` slice whose axes do not merge (e.g.
+    ``pos[:, :Q]`` of a wider table) stays 2-D in the plan and the backends flatten it with
+    ``reshape`` (the native launcher then copies its ``B * Q`` entries, a capturable op).
+    """
+    if t.dim() < 2:
+        return t
+    try:
+        return t.view(t.shape[0] * t.shape[1])
+    except RuntimeError:
+        return t
 
 
 def _block_hint(

@@ -38,7 +38,9 @@ class IndexerScorePlan:
        merged without a copy, i.e. a sliced view, stays [B, Q, H, D]).
     block_keys: logical [B, N_B, D], or paged cache [pages, page_size, D] (head axis dropped).
     block_table: paged only, [R, max_pages]; entries < 0 or >= pages are masked.
-    query_positions: [rows] or None (inferred: local index, a fresh prefill chunk).
+    query_positions: [rows], or [B, Q] when the caller's sliced view has no [rows] view without a
+       copy (backends flatten it with ``reshape``), or None (inferred: local index, a fresh
+       prefill chunk).
     seq_lens_q: [R] or None; rows at local index >= seq_lens_q[req] are all -inf.
     out: [rows, num_blocks] FP32 view of ``result`` ([B, Q, N_B] or [total_q, N_B]).
     """
@@ -51,7 +53,7 @@ class IndexerScorePlan:
     query_positions: Tensor | None
     seq_lens_q: Tensor | None
     num_requests: int
-    q_len: int  # padded: Q; varlen: 0
+    q_len: int  # padded: Q (may be 0); varlen: 0. Tell the layouts apart with ``padded``.
     num_blocks: int  # output width N_B
     page_size: int  # paged: page size; logical: 0
     block_size: int
@@ -66,7 +68,8 @@ class IndexerScorePlan:
 
     @property
     def padded(self) -> bool:
-        return self.q_len > 0
+        # From the result's rank, not from q_len: a padded q_idx may have Q == 0.
+        return self.result.dim() == 3
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class SparseAttentionPlan:
       "physical" [N, Hkv, D]              selected_kv_indices are physical rows
     token_indices / selected_kv_indices: [rows, T] (exactly one is set).
     block_indices: [rows, NB] hint or None.
+    query_positions: [rows], or [B, Q] when the caller's sliced view has no [rows] view without
+    a copy (backends flatten it with ``reshape``), or None (bottom-right causal positions).
     gate: [rows, Hq] or [rows, Hq, D], or None.
     out: [rows, Hq, D] view of ``out_result``; lse: [rows, Hq] FP32 view of
     ``lse_result`` (None when neither return_lse nor an lse buffer was given).
@@ -140,7 +145,7 @@ class SparseAttentionPlan:
     block_table: Tensor | None
     gate: Tensor | None
     num_requests: int
-    q_len: int  # padded queries: Q; flattened: 0
+    q_len: int  # padded queries: Q (may be 0); flattened: 0. Tell the layouts apart with ``padded``.
     page_size: int  # paged: page size; else 0
     scale: float
     num_splits: int
@@ -159,7 +164,8 @@ class SparseAttentionPlan:
 
     @property
     def padded(self) -> bool:
-        return self.q_len > 0
+        # From the query-shaped result's rank, not from q_len: a padded query may have Q == 0.
+        return self.out_result.dim() == 4
 
     def returned(self) -> Tensor | tuple[Tensor, Tensor]:
         """What the public function returns."""

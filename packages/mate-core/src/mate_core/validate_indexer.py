@@ -17,6 +17,7 @@ from ._mqa_common import (
     require_like,
     require_native_geometry,
 )
+from ._sparse_rows import positions_view
 from .checks import (
     check_backend,
     check_vector_layout,
@@ -26,7 +27,6 @@ from .checks import (
     require_native_grid,
     require_none,
     require_rank,
-    row_view,
 )
 from .errors import MateValueError
 from .plans import IndexerScorePlan
@@ -141,14 +141,15 @@ def _paged_keys(block_keys, block_table, page_size, queries: _Queries, q_idx, di
 
 
 def _positions(query_positions, queries: _Queries, q_idx, backend) -> torch.Tensor | None:
-    """``query_positions`` as a [rows] view: [B, Q] or [B*Q] (padded), [total_q] (varlen)."""
+    """``query_positions`` [B, Q] or [B*Q] (padded), [total_q] (varlen), as a [rows] view where
+    one exists without a copy (:func:`._sparse_rows.positions_view`)."""
     if query_positions is None:
         return None
     pos = require_metadata("query_positions", query_positions, backend, "q_idx", q_idx)
     accepted = [[queries.rows]] + ([list(queries.lead)] if len(queries.lead) == 2 else [])
     if list(pos.shape) not in accepted:
         raise MateValueError(f"query_positions: got shape {list(pos.shape)}; expected one of {accepted}")
-    return row_view("query_positions", pos, pos.dim())
+    return positions_view(pos)
 
 
 def _check_native(keys: _Keys, q_idx, block_keys, block_size: int, heads: int, dim: int) -> None:

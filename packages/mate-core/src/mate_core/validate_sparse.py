@@ -18,7 +18,7 @@ from ._sparse_kv import KVLayout, check_heads, check_key_value, logical_kv, phys
 from ._sparse_native import check_native
 from ._sparse_options import Options, check_compute_dtype, check_kv_scales, check_options, check_physical_exclusions
 from ._sparse_query import QueryLayout, logical_query, metadata_vector, physical_query
-from ._sparse_rows import Selection, gate_rows, logical_selection, physical_selection, row_metadata
+from ._sparse_rows import Selection, gate_rows, lead_metadata, logical_selection, physical_selection, positions_view
 from .checks import check_backend
 from .plans import SparseAttentionPlan
 
@@ -57,7 +57,7 @@ def _logical(query, key, value, token_indices, block_indices, cu_seqlens_q, toke
     selection = logical_selection(token_indices, block_indices, assume_compact_blocks, backend, query, layout)
     positions = None
     if query_positions is not None:
-        positions = row_metadata("query_positions", query_positions, backend, query, layout, None)
+        positions = positions_view(lead_metadata("query_positions", query_positions, backend, query, layout, None))
     return _Parts(
         layout,
         key,
@@ -181,7 +181,7 @@ def plan_sparse_attention(
     check_compute_dtype(compute_dtype, query.dtype, parts.kv.kind == "physical")
     buffers = check_buffers(out, lse, query, parts.layout, _input_tensors(query, parts))
     if backend == "tilelang":
-        check_native(query, parts.key, parts.value, parts.kv, parts.layout.q_len > 0, options.num_splits)
+        check_native(query, parts.key, parts.value, parts.kv, len(parts.layout.lead) == 2, options.num_splits)
     buffers = allocate_buffers(buffers, query, parts.layout, options.return_lse)
     return _plan(parts, options, buffers, assume_compact_blocks, backend)
 

@@ -152,7 +152,7 @@ def indexer_score(plan: IndexerScorePlan) -> None:
     req, local, ok = _row_requests(plan, rows)
     if plan.seq_lens_q is not None:
         ok &= local < plan.seq_lens_q.long()[req]
-    pos = local if plan.query_positions is None else plan.query_positions.long()
+    pos = local if plan.query_positions is None else plan.query_positions.reshape(-1).long()
     keys, key_ok = _request_keys(plan)
     scores = _scores_by_request(q, keys, req, ok)
     last_token = torch.arange(1, width + 1, device=q.device) * plan.block_size - 1
