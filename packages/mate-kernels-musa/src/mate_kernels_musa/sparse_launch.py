@@ -23,7 +23,8 @@ Row metadata (request, position, lengths) is resolved inside the paged kernel fr
 ``q_len`` (padded queries) or ``cu_seqlens_q``; only ``token_to_req`` needs a short
 prelude of capturable torch ops (first row and row count of each request). Nothing
 here reads device memory or syncs; the only allocations are the FP32 partials of a split
-schedule, the sorted ids of the union path (and that prelude) from the caching allocator,
+schedule, the sorted ids of the union path (and that prelude), and the flattened copy of a
+sliced ``[B, Q]`` ``query_positions`` that has no row view, from the caching allocator,
 so warmed-up calls can be captured in a CUDA graph and replayed with new metadata values.
 
 Padded (non-paged) K/V ``[R, S, Hkv, D]`` runs through the same kernel as a paged
