@@ -297,6 +297,109 @@ def check_out_buffer(
     return buf
 
 
+_OVERLAP_SEARCH_BUDGET = 10_000  # search nodes before _strided_overlap answers "cannot tell"
+
+
+def _strided_overlap(
+    ptr_a: int,
+    shape_a: Sequence[int],
+    stride_a: Sequence[int],
+    itemsize_a: int,
+    ptr_b: int,
+    shape_b: Sequence[int],
+    stride_b: Sequence[int],
+    itemsize_b: int,
+    budget: int | None = None,
+) -> bool | None:
+    """True if two strided views share a byte, False if not, None if the search gave up.
+
+    Why not just compare first-to-last byte spans: callers legitimately carve
+    inputs and outputs out of one workspace as interleaved views (``ws[..., :D]``
+    and ``ws[..., D:]``), whose spans overlap although no element is shared, so
+    the span test alone rejects valid calls. Why metadata only: validation must
+    never read tensor memory, launch device work or synchronize.
+
+    Why this search: a shared byte means non-negative integers i, j within the
+    shapes and byte offsets e1 < itemsize_a, e2 < itemsize_b with
+    ptr_a + sum(i*stride_a)*itemsize_a + e1 == ptr_b + sum(j*stride_b)*itemsize_b + e2,
+    a bounded linear Diophantine problem that is NP-hard in general. Sorting the
+    coefficients in decreasing order and pruning with the min/max the remaining
+    axes can still add (and their gcd) leaves one or two candidates per axis
+    for nested strides, the layouts real callers pass; remembering offsets
+    already refuted bounds the work by the spans for small views. The node
+    budget bounds the rest: the caller must treat None as "may overlap".
+    """
+    if budget is None:
+        budget = _OVERLAP_SEARCH_BUDGET
+    if 0 in shape_a or 0 in shape_b:
+        return False
+    # Variables (coefficient in bytes, low, high): A's indices count up, B's count down,
+    # so the equation is  sum(c * x) == (ptr_b - ptr_a) + e2 - e1.
+    terms: dict[int, list[int]] = {}
+    for ptr_is_a, shape, stride, itemsize in (
+        (True, shape_a, stride_a, itemsize_a),
+        (False, shape_b, stride_b, itemsize_b),
+    ):
+        for n, s in zip(shape, stride):
+            if n <= 1 or s == 0:
+                continue
+            if s < 0:  # walk the axis from its other end (torch never makes these; kept exact anyway)
+                if ptr_is_a:
+                    ptr_a += (n - 1) * s * itemsize
+                else:
+                    ptr_b += (n - 1) * s * itemsize
+                s = -s
+            lo, hi = (0, n - 1) if ptr_is_a else (-(n - 1), 0)
+            # Equal coefficients merge: x1*c + x2*c takes every (x1 + x2)*c in the summed range.
+            bounds = terms.setdefault(s * itemsize, [0, 0])
+            bounds[0] += lo
+            bounds[1] += hi
+    delta = ptr_b - ptr_a
+    target_lo, target_hi = delta - (itemsize_a - 1), delta + (itemsize_b - 1)
+    coeffs = sorted(terms.items(), reverse=True)
+    k = len(coeffs)
+    rest_min, rest_max, rest_gcd = [0] * (k + 1), [0] * (k + 1), [0] * (k + 1)
+    for level in range(k - 1, -1, -1):
+        c, (lo, hi) = coeffs[level]
+        rest_min[level] = rest_min[level + 1] + c * lo
+        rest_max[level] = rest_max[level + 1] + c * hi
+        rest_gcd[level] = math.gcd(rest_gcd[level + 1], c)
+    if not (rest_min[0] <= target_hi and target_lo <= rest_max[0]):
+        return False  # the span test: no byte in common
+    refuted: set[tuple[int, int]] = set()
+    nodes = 0
+
+    def reachable(level: int, fixed: int) -> bool | None:
+        # Can the variables from ``level`` on add up to a value in target - fixed?
+        nonlocal nodes
+        nodes += 1
+        if nodes > budget:
+            return None
+        lo, hi = target_lo - fixed, target_hi - fixed
+        if hi < rest_min[level] or lo > rest_max[level]:
+            return False
+        g = rest_gcd[level]
+        if g == 0:
+            return lo <= 0 <= hi
+        if (hi // g) * g < lo:  # no multiple of the remaining gcd in [lo, hi]
+            return False
+        if level == k - 1:
+            return True  # one variable left, a multiple of c in range and within its bounds
+        if (level, fixed) in refuted:
+            return False
+        c, (x_lo, x_hi) = coeffs[level]
+        first = max(x_lo, -((rest_max[level + 1] - lo) // c))  # ceil((lo - rest_max) / c)
+        last = min(x_hi, (hi - rest_min[level + 1]) // c)
+        for x in range(first, last + 1):
+            found = reachable(level + 1, fixed + x * c)
+            if found is not False:
+                return found
+        refuted.add((level, fixed))
+        return False
+
+    return reachable(0, 0)
+
+
 def check_no_overlap(name: str, buf: torch.Tensor, inputs: dict[str, torch.Tensor | None]) -> None:
     """Reject an output buffer whose memory overlaps any input (host pointers only)."""
     if not _has_storage(buf) or buf.numel() == 0:
@@ -306,7 +409,19 @@ def check_no_overlap(name: str, buf: torch.Tensor, inputs: dict[str, torch.Tenso
         if t is None or t.numel() == 0 or t.device != buf.device or not _has_storage(t):
             continue
         olo, ohi = _byte_span(t)
-        if lo < ohi and olo < hi:
+        if not (lo < ohi and olo < hi):
+            continue  # disjoint spans: the cheap test settles it
+        overlap = _strided_overlap(
+            buf.data_ptr(), buf.shape, buf.stride(), buf.element_size(),
+            t.data_ptr(), t.shape, t.stride(), t.element_size(),
+        )
+        if overlap is None:
+            raise MateValueError(
+                f"{name}: its memory could not be proven disjoint from {other_name} (their strided views of "
+                f"one allocation are too irregular to check from shapes and strides); native paths bind "
+                f"{name} directly and reject input/output overlap. Pass separate buffers for {name} and {other_name}"
+            )
+        if overlap:
             raise MateValueError(
                 f"{name}: its memory overlaps {other_name}; native paths bind {name} directly and "
                 f"reject input/output overlap. Pass a separate buffer"
