@@ -81,6 +81,7 @@ def build_sparse_plan(
         gate=rows_of(gate) if padded else gate,
         num_requests=num_req,
         q_len=query.shape[1] if padded else 0,
+        padded=padded,
         page_size=key.shape[1] if kv_layout == "paged" else 0,
         scale=1.0 / math.sqrt(dim) if scale is None else scale,
         num_splits=num_splits,

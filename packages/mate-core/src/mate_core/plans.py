@@ -53,7 +53,8 @@ class IndexerScorePlan:
     query_positions: Tensor | None
     seq_lens_q: Tensor | None
     num_requests: int
-    q_len: int  # padded: Q (may be 0); varlen: 0. Tell the layouts apart with ``padded``.
+    q_len: int  # padded: Q (may be 0); varlen: 0
+    padded: bool  # q_idx [B, Q, H, D] (Q may be 0, so q_len cannot tell)
     num_blocks: int  # output width N_B
     page_size: int  # paged: page size; logical: 0
     block_size: int
@@ -65,11 +66,6 @@ class IndexerScorePlan:
     @property
     def paged(self) -> bool:
         return self.block_table is not None
-
-    @property
-    def padded(self) -> bool:
-        # From the result's rank, not from q_len: a padded q_idx may have Q == 0.
-        return self.result.dim() == 3
 
 
 @dataclass(frozen=True)
@@ -145,7 +141,8 @@ class SparseAttentionPlan:
     block_table: Tensor | None
     gate: Tensor | None
     num_requests: int
-    q_len: int  # padded queries: Q (may be 0); flattened: 0. Tell the layouts apart with ``padded``.
+    q_len: int  # padded queries: Q (may be 0); flattened: 0
+    padded: bool  # query [B, Q, Hq, D] (Q may be 0, so q_len cannot tell)
     page_size: int  # paged: page size; else 0
     scale: float
     num_splits: int
@@ -161,11 +158,6 @@ class SparseAttentionPlan:
     @property
     def rows(self) -> int:
         return self.query.shape[0]
-
-    @property
-    def padded(self) -> bool:
-        # From the query-shaped result's rank, not from q_len: a padded query may have Q == 0.
-        return self.out_result.dim() == 4
 
     def returned(self) -> Tensor | tuple[Tensor, Tensor]:
         """What the public function returns."""

@@ -246,6 +246,7 @@ def plan_indexer_score(
         seq_lens_q=seq_lens_q,
         num_requests=queries.num_requests,
         q_len=queries.q_len,
+        padded=len(queries.lead) == 2,
         num_blocks=keys.width,
         page_size=keys.page_size,
         block_size=block_size,

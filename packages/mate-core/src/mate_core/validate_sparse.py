@@ -208,6 +208,7 @@ def _plan(
         gate=parts.gate,
         num_requests=layout.num_requests,
         q_len=layout.q_len,
+        padded=len(layout.lead) == 2,
         page_size=kv.page_size,
         scale=options.scale,
         num_splits=options.num_splits,
