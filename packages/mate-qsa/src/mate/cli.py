@@ -16,6 +16,18 @@ from ._table import Printer
 
 __all__ = ["main"]
 
+# Shown where a version is absent; torch's CUDA build is absent on a CPU build of torch.
+NO_CUDA_BUILD = "none (CPU build)"
+NOT_INSTALLED = "not installed"
+# --dtype aliases of precompile: the README's and PyTorch's short names.
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def _version_text(name: str, value: str | None) -> str:
+    if value:
+        return value
+    return NO_CUDA_BUILD if name == "torch cuda build" else NOT_INSTALLED
+
 
 def _check(args: argparse.Namespace) -> int:
     out = Printer()
@@ -26,8 +38,8 @@ def _check(args: argparse.Namespace) -> int:
         {
             "python": versions["python"],
             "torch": versions["torch"],
-            "torch cuda build": versions["torch cuda build"] or "none (CPU build)",
-            "tilelang": tilelang or "not installed",
+            "torch cuda build": _version_text("torch cuda build", versions["torch cuda build"]),
+            "tilelang": _version_text("tilelang", tilelang),
             "mate-qsa": versions["mate-qsa"],
         },
     )
@@ -59,7 +71,7 @@ def _show_config(args: argparse.Namespace) -> int:
         print(json.dumps(config, indent=2))
         return 0
     out = Printer()
-    out.mapping("Package versions", {k: v or "not installed" for k, v in config["versions"].items()})
+    out.mapping("Package versions", {k: _version_text(k, v) for k, v in config["versions"].items()})
     out.table(
         "Native targets",
         ("target", "device", "capability", "arch", "toolchain", "status", "profile"),
@@ -90,6 +102,11 @@ def _default_profile() -> str:
     return profile_for(native_target_for(device)).name if device else "cuda-sm90a"
 
 
+def _dtype(value: str) -> str:
+    """``--dtype``: a full torch dtype name, or its alias bf16 / fp16."""
+    return DTYPE_ALIASES.get(value.lower(), value)
+
+
 def _precompile(args: argparse.Namespace) -> int:
     out = Printer()
     bad_group = [g for g in args.group or () if not 1 <= g <= 16]
@@ -99,7 +116,8 @@ def _precompile(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         out.line(f"error: --jobs takes a positive number of worker processes, got {args.jobs}")
         return 2
-    specs = pc.launcher_specializations(args.dtype or pc.DTYPES, args.group or (12,), args.family or pc.FAMILIES)
+    dtypes = tuple(dict.fromkeys(args.dtype or pc.DTYPES))  # bf16 and bfloat16 are one dtype
+    specs = pc.launcher_specializations(dtypes, args.group or (12,), args.family or pc.FAMILIES)
     profile = args.target or _default_profile()
     if args.list:
         out.table(f"{len(specs)} specializations", ("family", "kernel"), [(s.family, s.label) for s in specs])
@@ -158,7 +176,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     pre.add_argument("--target", choices=tuple(PROFILES), help="default: this machine's supported device, else "
                      "cuda-sm90a")  # fmt: skip
-    pre.add_argument("--dtype", action="append", choices=pc.DTYPES, help="repeatable (default: both)")
+    pre.add_argument("--dtype", action="append", type=_dtype, choices=pc.DTYPES, help=f"{' or '.join(pc.DTYPES)} "
+                     "(aliases bf16, fp16), repeatable (default: both)")  # fmt: skip
     pre.add_argument("--group", action="append", type=int, help="Q heads per KV head of the sparse-attention calls, "
                      "repeatable (default: 12, QSA's 24 / 2)")  # fmt: skip
     pre.add_argument("--family", action="append", choices=pc.FAMILIES, help="kernel family, repeatable (default: all)")
@@ -174,13 +193,19 @@ def _parser() -> argparse.ArgumentParser:
         "(compared with the FP32 reference), else the reference on the CPU (compared with a dense "
         "PyTorch computation).",
     )
-    demo.add_argument("--device", help="torch device (default: the first supported GPU, else cpu)")
+    demo.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: the first supported GPU when "
+                      "TileLang is installed, else cpu)")  # fmt: skip
     demo.add_argument(
-        "--backend", choices=("tilelang", "reference"), help="default: tilelang on a supported GPU, else reference"
+        "--backend",
+        choices=("tilelang", "reference"),
+        help="default: tilelang where the native kernels can run, else reference; an explicit tilelang that "
+        "cannot run here is an error",
     )
     demo.add_argument("--requests", type=int, default=None, help="number of requests (default 2)")
-    demo.add_argument("--seq-len", type=int, default=None, help="tokens per request, a multiple of 64")
-    demo.add_argument("--topk", type=int, default=None, help="selected 4-token blocks per query")
+    demo.add_argument("--seq-len", type=int, default=None, help="tokens per request, a multiple of 64 (default "
+                      "2048 for a native run, 256 for the reference)")  # fmt: skip
+    demo.add_argument("--topk", type=int, default=None, help="selected 4-token blocks per query, 1..512 (default "
+                      "64 for a native run, 16 for the reference)")  # fmt: skip
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.set_defaults(func=_demo)
     return parser

@@ -8,12 +8,18 @@ Stages: indexer scores (:func:`mate.qsa_indexer_mqa_score`) -> top-k blocks
 On a supported GPU the stages run natively and are compared with the FP32
 reference on the same inputs; elsewhere the reference runs on the CPU and is
 compared with an independent dense PyTorch computation (float64 einsum +
-masked softmax). A stage whose native kernel is unavailable falls back to the
-reference, and the output says so.
+masked softmax).
+
+Backend choice: ``--backend tilelang`` asks for the native kernels, and a device or an
+installation that cannot run them is an option error (exit 2, nothing runs). Without
+``--backend`` the demo picks the native backend where it can run and the reference
+elsewhere, saying why in one note line; a stage whose native kernel is then unavailable
+falls back to the reference, also in one line.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from collections.abc import Callable
@@ -22,7 +28,7 @@ from typing import Any
 
 import torch
 
-from mate_core.arch import describe_device, native_target_for
+from mate_core.arch import NATIVE_TARGETS, describe_device, native_target_for
 from mate_core.errors import BackendUnavailableError, UnsupportedTargetError
 from mate_reference.selection import expand_blocks, topk_blocks
 
@@ -36,10 +42,16 @@ __all__ = ["DemoConfig", "run_demo"]
 PAGE_SIZE = 64
 INDEX_HEADS, INDEX_DIM = 4, 128
 Q_HEADS, KV_HEADS, HEAD_DIM = 24, 2, 256
-# Relative L2 tolerances: bf16 operands or outputs vs FP32/FP64 (QSA-DESIGN.md section 5),
-# and the FP32 oracle's FP32 outputs vs a float64 dense computation.
+# Relative L2 tolerances: bf16 operands or outputs vs FP32/FP64 (section 5 of QSA-DESIGN.md,
+# the project's design document, kept outside this repository), and the FP32 oracle's FP32
+# outputs vs a float64 dense computation.
 LOW_PRECISION_TOL = 1e-2
 FP32_TOL = 1e-4
+# Default problem sizes: a native run is big enough to be worth timing; the CPU reference
+# stays small (seconds). Also in the ``mate demo --help`` text and the README.
+NATIVE_SEQ_LEN, NATIVE_TOPK = 2048, 64
+REFERENCE_SEQ_LEN, REFERENCE_TOPK = 256, 16
+MAX_TOPK = 512  # the block-hint width rule: 512 blocks -> 4 * 512 + 3 = 2051 token slots
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ class DemoConfig:
     topk: int
     seed: int
     dtype: torch.dtype = torch.bfloat16
+    automatic: bool = False  # the backend was chosen by the demo (no --backend given)
 
     @property
     def slots(self) -> int:
@@ -87,6 +100,8 @@ class DemoResult:
     stages: list[Stage] = field(default_factory=list)
     agreements: list[Agreement] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)  # stages that ran the reference instead
+    fallback_reason: str = ""
 
     @property
     def ok(self) -> bool:
@@ -160,17 +175,27 @@ class Outputs:
     attention_backend: str
 
 
+def _one_line(exc: BaseException) -> str:
+    """The first clause of an error message: what went wrong, without the advice that follows."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split("; ")[0]
+
+
 def _with_fallback(
     result: DemoResult, stage: str, backend: str, call: Callable[[str], Any], device: torch.device
 ) -> tuple[Any, str, float, float]:
-    """Run ``call(backend)``; if the native backend cannot run here, say why and use the reference."""
+    """Run ``call(backend)``; if an automatically chosen native backend cannot run, use the reference.
+
+    A backend the user asked for is never replaced: its error propagates.
+    """
     try:
         out, first, warm = _timed(lambda: call(backend), device)
         return out, backend, first, warm
     except (BackendUnavailableError, UnsupportedTargetError) as exc:
-        if backend == "reference":
+        if backend == "reference" or not result.config.automatic:
             raise
-        result.notes.append(f"{stage}: native backend unavailable ({exc}); ran backend='reference' instead")
+        result.fallbacks.append(stage)
+        result.fallback_reason = result.fallback_reason or _one_line(exc)
     out, first, warm = _timed(lambda: call("reference"), device)
     return out, "reference", first, warm
 
@@ -286,12 +311,19 @@ def _report(result: DemoResult, run: Outputs, printer: Printer) -> None:
     cfg = result.config
     printer.line("MATE-QSA demo: one QSA prefill step on synthetic data")
     printer.line(
-        f"device {describe_device(cfg.device)}, requested backend '{cfg.backend}', "
+        f"device {describe_device(cfg.device)}, backend '{cfg.backend}' "
+        f"({'chosen automatically' if cfg.automatic else 'requested'}), "
         f"{str(cfg.dtype).replace('torch.', '')}; {cfg.requests} requests x {cfg.seq_len} tokens; indexer "
         f"{INDEX_HEADS} heads x {INDEX_DIM}; attention {Q_HEADS}/{KV_HEADS} heads x {HEAD_DIM}; top-{cfg.topk} "
         f"blocks -> {cfg.slots} token slots; K/V in shuffled pages of {PAGE_SIZE}"
     )
-    for note in result.notes:
+    notes = list(result.notes)
+    if result.fallbacks:
+        notes.append(
+            f"native backend unavailable for {' and '.join(result.fallbacks)} ({result.fallback_reason}); "
+            "ran backend='reference' there"
+        )
+    for note in notes:
         printer.line(f"note: {note}")
     printer.table(
         "Stages (first call includes any kernel compilation)",
@@ -319,34 +351,97 @@ def _agreement_row(a: Agreement) -> tuple[str, ...]:
 
 def _default_device() -> str:
     device = _env.supported_device()
-    return device if device is not None and _env.package_versions()["tilelang"] else "cpu"
+    return device if device is not None and _tilelang_installed() else "cpu"
 
 
 def _given(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
-def _is_native(device: str) -> bool:
+def _tilelang_installed() -> bool:
+    """Whether TileLang can be imported (the native launchers' own test; imports nothing)."""
+    return importlib.util.find_spec("tilelang") is not None
+
+
+def _native_problem(device: str) -> str | None:
+    """Why the native backend cannot run on ``device`` here, in one line; None when it can."""
     try:
-        native_target_for(device)
+        target = native_target_for(device)
     except UnsupportedTargetError:
-        return False
-    return True
+        supported = ", ".join(t.name for t in NATIVE_TARGETS)
+        name = device if torch.device(device).type == "cpu" else describe_device(device)
+        return f"{name} is not a native target (supported: {supported})"
+    if not _tilelang_installed():
+        return f"TileLang is not installed (the {target.name} target needs {target.toolchain})"
+    return None
+
+
+_ACCELERATORS = ("cuda", "musa", "xpu", "mps")
+
+
+def _device_count(device_type: str) -> int:
+    """Usable devices of ``device_type`` in this torch (0 when the backend is absent or unavailable)."""
+    module = getattr(torch, device_type, None)
+    is_available = getattr(module, "is_available", None)
+    try:
+        return int(module.device_count()) if is_available is not None and is_available() else 0
+    except (RuntimeError, AttributeError):  # a backend that is present but broken counts as absent
+        return 0
+
+
+def _expected_devices() -> str:
+    choices = ["cpu"]
+    for device_type in _ACCELERATORS:
+        count = _device_count(device_type)
+        if count:
+            choices += [device_type, f"{device_type}:0" + (f"..{device_type}:{count - 1}" if count > 1 else "")]
+    return choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
+
+
+def _device_error(device: str) -> str | None:
+    """Why ``--device`` cannot run the demo here (one line), or None; checked before anything runs."""
+    expected = f"expected {_expected_devices()}"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        return f"--device: got {device!r} (not a torch device); {expected}"
+    if parsed.type == "cpu":
+        return None
+    if parsed.type == "meta":
+        return f"--device: got {device!r} (meta tensors hold no data to compute with); {expected}"
+    count = _device_count(parsed.type)
+    if count == 0:
+        why = f"torch.{parsed.type}.is_available() is False"
+        if parsed.type == "cuda" and torch.version.cuda is None and torch.version.hip is None:
+            why += ": this torch is a CPU-only build"
+        elif getattr(torch, parsed.type, None) is None:
+            why = f"this torch has no {parsed.type} backend"
+        return f"--device: got {device!r} ({why}); {expected}"
+    if parsed.index is not None and parsed.index >= count:
+        return f"--device: got {device!r} (this machine has {count} {parsed.type} device(s)); {expected}"
+    return None
 
 
 def _config(
     device: str | None, backend: str | None, requests: int | None, seq_len: int | None, topk: int | None, seed: int
 ) -> DemoConfig:
-    device = device or _default_device()
-    backend = backend or ("tilelang" if _is_native(device) else "reference")
-    big = backend == "tilelang" and _is_native(device)  # the reference stays small: seconds on a CPU
+    """The run's settings: an explicit backend is kept; without one, native where it can run."""
+    automatic = backend is None
+    if device is None:
+        # Asked for the native kernels: the supported device even without TileLang, so that the
+        # error names the missing TileLang rather than the CPU.
+        device = (_env.supported_device() or "cpu") if backend == "tilelang" else _default_device()
+    if backend is None:
+        backend = "reference" if _native_problem(device) else "tilelang"
+    big = backend == "tilelang"  # the reference stays small: seconds on a CPU
     return DemoConfig(
         device=device,
         backend=backend,
         requests=_given(requests, 2),
-        seq_len=_given(seq_len, 2048 if big else 256),
-        topk=_given(topk, 64 if big else 16),
+        seq_len=_given(seq_len, NATIVE_SEQ_LEN if big else REFERENCE_SEQ_LEN),
+        topk=_given(topk, NATIVE_TOPK if big else REFERENCE_TOPK),
         seed=seed,
+        automatic=automatic,
     )
 
 
@@ -355,9 +450,30 @@ def _config_error(cfg: DemoConfig) -> str | None:
         return f"--requests: got {cfg.requests}; expected >= 1"
     if cfg.seq_len < PAGE_SIZE or cfg.seq_len % PAGE_SIZE:
         return f"--seq-len: got {cfg.seq_len}; expected a positive multiple of {PAGE_SIZE}"
-    if not 1 <= cfg.topk <= 512:
-        return f"--topk: got {cfg.topk}; expected 1..512 (the block-hint width rule)"
+    if not 1 <= cfg.topk <= MAX_TOPK:
+        return f"--topk: got {cfg.topk}; expected 1..{MAX_TOPK}: at most {MAX_TOPK} blocks ({4 * MAX_TOPK + 3} tokens)"
+    if not cfg.automatic and cfg.backend == "tilelang":
+        problem = _native_problem(cfg.device)
+        if problem:
+            return _backend_error(problem)
     return None
+
+
+def _backend_error(problem: str) -> str:
+    return f"--backend tilelang: {problem}; pass --backend reference, or omit --backend to choose automatically"
+
+
+def _config_notes(cfg: DemoConfig) -> list[str]:
+    """One line each: why an automatic choice is the reference, and padded top-k slots."""
+    notes = []
+    if cfg.automatic and cfg.backend == "reference":
+        notes.append(f"running backend='reference': {_native_problem(cfg.device)}")
+    blocks = cfg.seq_len // 4
+    if cfg.topk > blocks:
+        notes.append(
+            f"--topk {cfg.topk} > {blocks} blocks of a {cfg.seq_len}-token sequence: the extra slots are -1 padding"
+        )
+    return notes
 
 
 def run_demo(
@@ -369,16 +485,29 @@ def run_demo(
     seed: int = 0,
     printer: Printer | None = None,
 ) -> int:
-    """Run, check and print the demo; returns 0 when every output agrees, 1 if not, 2 on bad options."""
+    """Run, check and print the demo; returns 0 when every output agrees, 1 if not, 2 on bad options.
+
+    Options are checked before anything runs, ``device`` first (a string torch cannot parse,
+    ``meta``, or an accelerator this torch cannot use), then the sizes, then whether an
+    explicitly requested ``backend="tilelang"`` can run here.
+    """
     printer = printer or Printer()
-    cfg = _config(device, backend, requests, seq_len, topk, seed)
-    error = _config_error(cfg)
+    error = _device_error(device) if device is not None else None
+    if error is None:
+        cfg = _config(device, backend, requests, seq_len, topk, seed)
+        error = _config_error(cfg)
     if error:
         printer.line(f"mate demo: {error}")
         return 2
-    result = DemoResult(cfg)
+    result = DemoResult(cfg, notes=_config_notes(cfg))
     x = _synthetic(cfg, torch.device(cfg.device))
-    run = _pipeline(cfg, x, result)
+    try:
+        run = _pipeline(cfg, x, result)
+    except (BackendUnavailableError, UnsupportedTargetError) as exc:
+        if cfg.automatic or cfg.backend != "tilelang":
+            raise
+        printer.line(f"mate demo: {_backend_error(_one_line(exc))}")  # a kernel missing from this build
+        return 2
     _check(x, run, result)
     _report(result, run, printer)
     return 0 if result.ok else 1
