@@ -226,6 +226,23 @@ def test_strided_views(index: int, gen: torch.Generator) -> None:
     checks.run_case(case)
 
 
+def test_query_and_out_interleaved_in_one_workspace(gen: torch.Generator) -> None:
+    """Query and out as the two halves of one [rows, Hq, 2 * D] workspace (no shared element, so
+    the overlap check accepts them); out matches the reference and the query half is untouched."""
+    import mate
+
+    case = cases.random_case(gen, max_rows=40, max_width=200, query_kind="cu", num_splits=None).to("cuda")
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("out", "lse", "gate", "return_lse")}
+    rows, hq, dim = kw["query"].shape
+    ws = torch.full((rows, hq, 2 * dim), float("nan"), dtype=kw["query"].dtype, device="cuda")
+    ws[..., :dim] = kw["query"]
+    query, out = ws[..., :dim], ws[..., dim:]
+    got = mate.qsa_sparse_attention(**{**kw, "query": query}, out=out)
+    assert got is out and torch.equal(ws[..., :dim], kw["query"])  # the query half is untouched
+    ref = checks.reference(cases.Case(kw))
+    assert cases.rel_l2(out.float(), ref.out_result.float()) < checks.REL_L2
+
+
 # ---------------------------------------------------------------- offsets past int32
 
 
