@@ -10,6 +10,10 @@ Shapes
   Prefill floor: max(visible-score math at the measured bf16 GEMM rate, FP32 output write
   at copy bandwidth).
 
+Every timing is a burst from a settled GPU (``benchmarks.timing``); the prefill-shaped
+rows also carry ``sustained_us``: the native call after one second of itself, when the board's
+power limit holds the SM clock down (``sustained_sm_mhz``), against floors from the burst ceilings.
+
 The plain-PyTorch path is einsum + relu + head sum + masked fill on the same inputs.
 Ceilings are measured in the same process. ``python -m benchmarks.bench_mqa [--quick]
 [--json PATH]`` prints a table and writes JSON; ``--variants`` adds (``--only-variants``
@@ -31,7 +35,14 @@ from typing import Any
 import torch
 
 from benchmarks.checks import check_agreement
-from benchmarks.timing import env_info, measure_ceilings, native_fields, time_cuda_graph
+from benchmarks.timing import (
+    env_info,
+    measure_ceilings,
+    native_fields,
+    sustained_fields,
+    time_cuda_graph,
+    time_sustained,
+)
 
 H, D = 4, 128
 SCALE = 1.0 / math.sqrt(D)
@@ -132,6 +143,7 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
     fn()
     err = check_agreement(f"mqa prefill {name}", plan.out, _torch_prefill(q, k, starts, ends))
     native = time_cuda_graph(fn, reps=10 if quick else 30)
+    sustained = time_sustained(fn, reps=10 if quick else 30, seconds=0.3 if quick else 1.0)
     torch_t = None
     if with_torch:
         torch_t = time_cuda_graph(lambda: _torch_prefill(q, k, starts, ends), reps=3 if quick else 10)
@@ -141,7 +153,7 @@ def bench_prefill(name: str, rows: int, keys: int, pos0: int, ceil: dict, quick:
     return _row(name, f"{rows} rows x {keys} keys, pos {pos0}..{pos0 + rows - 1}", native, torch_t,
                 max(math_us, write_us), {"math_floor_us": math_us, "write_floor_us": write_us,
                 "TFLOPs_visible": 2 * visible * H * D / native["median_us"] / 1e6,
-                "rel_l2_vs_torch": err})  # fmt: skip
+                "rel_l2_vs_torch": err, **sustained_fields(sustained)})  # fmt: skip
 
 
 def prefill_inputs(rows: int, keys: int, pos0: int) -> tuple[torch.Tensor, ...]:

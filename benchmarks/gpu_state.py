@@ -1,11 +1,14 @@
-"""SM clock and power-cap state, sampled while a benchmark times a call.
+"""SM clock and power-cap state, sampled while a benchmark runs a call back to back.
 
 Under sustained load the H200 holds its board power at 700 W by lowering the SM clock, with the
-throttle reason "software power cap". Session 15 ran calls back to back for 2 s: the GEMM-heavy
-MQA calls ran at 1.5-1.7 GHz, the calls that mostly move memory at 1.98 GHz. In the suite's
-timing windows the same MQA calls kept 1.98 GHz with no capped sample (30 replays, about 10 ms).
-The sparse prefill rows, timed over 100 replays (130-300 ms), were capped in 0-100% of their
-samples (1.88-1.98 GHz). So the samples show which timed rows ran clock-limited.
+throttle reason "software power cap". :func:`benchmarks.timing.time_sustained` samples this state
+over the second of back-to-back calls before it times them, where the readings mean something.
+They do not over a short window: NVML's clock and throttle readings lag the hardware by 0.1-0.3 s
+(session 16: 0.1 s after a GEMM burst NVML still read 1290 MHz and "power cap" while the causal MQA
+call already ran within 2% of its settled time; in the suite of session 15 the samples of ~10 ms
+windows read 1980 MHz, uncapped, for a causal call 4% slower than from a settled GPU, the
+slowdown that ~0.1 s of heavy work just before it causes). So the burst timings carry no state
+fields; they start from a settled GPU instead.
 
 NVML is reached through ``ctypes``, so there is no extra dependency. Where it is missing (no
 NVIDIA driver, another vendor's GPU, a CPU-only machine), the sampler records nothing and

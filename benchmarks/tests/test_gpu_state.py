@@ -1,4 +1,4 @@
-"""GPU-state sampling of the benchmarks (CPU only: NVML is replaced by a fake where needed)."""
+"""GPU-state sampling and the burst timing loop of the benchmarks (CPU only: NVML and CUDA events are faked)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from benchmarks import gpu_state, report
-from benchmarks.timing import native_fields
+from benchmarks.timing import native_fields, sustained_fields
 
 
 def test_summarize_gives_medians_and_power_cap_share() -> None:
@@ -59,15 +59,16 @@ def test_sampler_on_a_cpu_machine_is_empty() -> None:
     assert sampler.summary() == {}
 
 
-def test_rows_and_report_carry_the_state() -> None:
-    timing = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "min_us": 98.0, "reps": 10,
-              "sm_mhz": 1725.0, "power_cap_pct": 100.0, "state_samples": 40}  # fmt: skip
-    fields = native_fields(timing)
-    assert fields["native_us"] == 100.0 and fields["sm_mhz"] == 1725.0 and fields["power_cap_pct"] == 100.0
-    assert "min_us" not in fields and "median_us" not in fields
-    assert "sm_mhz" not in native_fields({"median_us": 1.0, "p10_us": 1.0, "p90_us": 1.0})
-    assert report.COLUMNS[-2:] == ("sm_mhz", "power_cap_pct")
-    assert {"sm_mhz", "power_cap_pct"} <= set(report.CSV_COLUMNS)
+def test_rows_and_report_carry_the_sustained_state() -> None:
+    timing = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "min_us": 98.0, "reps": 10, "bursts": 1}
+    assert native_fields(timing) == {"native_us": 100.0, "native_p10_us": 99.0, "native_p90_us": 101.0}
+    sustained = {**timing, "median_us": 120.0, "sm_mhz": 1620.0, "power_cap_pct": 100.0, "state_samples": 500}
+    assert sustained_fields(sustained) == {
+        "sustained_us": 120.0, "sustained_sm_mhz": 1620.0, "sustained_power_cap_pct": 100.0,
+    }  # fmt: skip
+    assert sustained_fields(timing) == {"sustained_us": 100.0}  # no NVML
+    assert report.COLUMNS[-2:] == ("sustained_us", "sustained_sm_mhz")
+    assert {"sustained_us", "sustained_sm_mhz", "sustained_power_cap_pct"} <= set(report.CSV_COLUMNS)
 
 
 class _FakeLib:
@@ -113,7 +114,8 @@ def test_index_fallback_only_without_cuda_visible_devices(monkeypatch, visible) 
         assert nvml is None and lib.by_index == []
 
 
-def test_timed_loop_flushes_before_each_call_and_summarizes(monkeypatch) -> None:
+@pytest.mark.parametrize(("burst_ms", "bursts"), [(40.0, 1), (2.0, 2)])
+def test_timed_loop_settles_and_times_in_bursts(monkeypatch, burst_ms: float, bursts: int) -> None:
     from benchmarks import timing
 
     log = []
@@ -130,18 +132,15 @@ def test_timed_loop_flushes_before_each_call_and_summarizes(monkeypatch) -> None
 
     monkeypatch.setattr(timing.torch.cuda, "Event", _Event)
     monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: log.append("sync"))
-    monkeypatch.setattr(timing, "GpuStateSampler", lambda: _NoState())
-    out = timing._timed(lambda i: log.append(f"call{i}"), 3, lambda: log.append("flush"))
-    assert log == ["flush", "call0", "flush", "call1", "flush", "call2", "sync"]
-    assert out["reps"] == 3 and out["median_us"] == 1000.0 and out["sm_mhz"] == 1980
-
-
-class _NoState:
-    def __enter__(self) -> _NoState:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def summary(self) -> dict:
-        return {"sm_mhz": 1980}
+    monkeypatch.setattr(timing.time, "sleep", lambda s: log.append(f"sleep{s}"))
+    monkeypatch.setattr(timing, "BURST_MS", burst_ms)
+    out = timing._timed(lambda i: log.append(f"call{i}"), 3, lambda: log.append("flush"), settle_s=1.0)
+    # One probe call (1 ms here: one log entry), then each burst: idle, 1 ms of warm calls, timed calls.
+    probe = ["flush", "call0", "sync"]
+    if bursts == 1:
+        body = ["sync", "sleep1.0", "flush", "call0", "flush", "call0", "flush", "call1", "flush", "call2", "sync"]
+    else:
+        body = ["sync", "sleep1.0", "flush", "call0", "flush", "call0", "flush", "call1",
+                "sync", f"sleep{timing.REST_S}", "flush", "call2", "flush", "call2", "sync"]  # fmt: skip
+    assert log == probe + body
+    assert out["reps"] == 3 and out["median_us"] == 1000.0 and out["bursts"] == bursts
