@@ -12,13 +12,13 @@ Every timing starts from a settled GPU and times its calls in short bursts (``SE
 ``REST_S``, ``BURST_MS``). Calls that keep the tensor cores busy reach the H200's 700 W board
 limit after about 0.1 s back to back; the power controller then lowers the SM clock and keeps it
 down for 0.3-1 s after the load stops. Session 16 (H200, CUDA-graph medians after a read flush,
-us): the causal MQA call (32768 x 8192) took 355-356 from a settled GPU, 370-372 once ~0.1 s
-of itself or of the PyTorch reference had run just before, 464-507 right after 1-3 s of bf16
-GEMMs and 412 after 2 s of itself; the dense MQA prefill 233 / 248 / 288-295 / 288; the
-``-inf``-only call (memory-bound, ~370 W) 146 in every case; the sparse decode 64 x 1 80.6-80.9
-settled, 81.0 after 2 s of itself, 86-87 right after GEMMs. The GEMM ceiling, timed over ~30 ms,
-never reaches the cap either, so a burst timing compares a call with ceilings taken in the
-same regime. :func:`time_sustained` times the other regime: a call after one second of itself,
+us): the causal MQA call (32768 x 8192) took 355-356 from a settled GPU, 370-375 after ~80 ms
+of itself back to back, 464-507 right after 1-3 s of bf16 GEMMs and 412 after 2 s of itself;
+the dense MQA prefill 233 / 248 / 288-295 / 288; the ``-inf``-only call (memory-bound, ~370 W)
+146 in every case; the sparse decode 64 x 1 80.6-80.9 settled, 81.0 after 2 s of itself,
+86-87 right after GEMMs (the same call with and without the settle, interleaved: 81.3-81.8
+either way). The GEMM ceiling, timed over ~30 ms, does not reach the cap either, so a burst
+timing compares a call with ceilings taken in the same regime. :func:`time_sustained` times the other regime: a call after one second of itself,
 with the SM clock and power-cap state that NVML reports over that second (NVML's readings lag
 the hardware by 0.1-0.3 s: a 10 ms window cannot be judged by them).
 """

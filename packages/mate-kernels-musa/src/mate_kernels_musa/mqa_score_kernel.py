@@ -244,12 +244,25 @@ sustained load, against 402 measured (273 for the prefill). There, about half of
 call's extra time over the prefill is the cap (340 - 273 = 67 of 129 us). The other half is the
 call's own extra energy: 36 mJ above the two halves (~58 us at the cap), its extra instructions.
 
-This is not what the benchmark suite measures. Its timing windows are about 10 ms (30 graph
-replays, each after an L2 flush). The benchmark's NVML samples (every 2 ms) show both MQA
-prefill calls at 1980 MHz, with no sample held back by the cap, in the same run that timed the
-causal call at 374.8 us (1.47x) and the prefill at 235.1 us. So in the suite the cap does not
-explain the 1.47x, and the shared resource that keeps the two halves from overlapping at full
-clocks is still not identified.
+Session 16 (probes ``.devrun/s16_state.py``, ``s16_flush.py``, ``s16_capture.py``; CUDA-graph
+medians after a read flush, us) timed the call against what ran before it. From a settled GPU
+(5 s idle, or 1 s after GEMMs) it took 355-356. Right after 1-3 s of bf16 GEMMs it took
+464-507, and 361-363, 357-358 and 356 after 0.1, 0.3 and 1 s of idle. Ten captured graphs of
+it, timed one after another, took 355-356 for the first ~80 ms of calls and 370-375 from then
+on, with NVML reporting the power cap during an eager timing right after. The dense prefill
+went from 233 to 248 the same way; the ``-inf``-only call stayed at 146. NVML's clock and
+throttle readings lag by 0.1-0.3 s: 0.1 s after the GEMMs they still read 1290 MHz and
+"power cap" while the call already ran at 361. Not every slow timing had heavy work just
+before it: one probe also timed 372 after 2 s of idle, through the suite's old timing loop.
+The suite of session 15 timed the call right after its PyTorch reference, at 374.8 (1.47x),
+against ceilings taken uncapped, and its ~10 ms NVML windows read 1980 MHz, uncapped.
+
+The suite now times every call from a settled GPU in bursts of at most 40 ms
+(:mod:`benchmarks.timing`). Two runs gave the causal call 354.4 and 354.6 us (1.40x of its
+253.3 us floor) and the prefill 230.3 and 230.8 (1.37x). After one second of itself the causal
+call took 389-419 (SM clock ~1.86 GHz by NVML) and the prefill 262-266. At full clocks the
+causal call still costs about the dense prefill plus the ``-inf`` streaming; what keeps the
+two halves from overlapping there is not identified.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
