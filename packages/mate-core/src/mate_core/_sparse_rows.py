@@ -15,8 +15,8 @@ from .checks import describe, require_bool, require_metadata, require_same_devic
 from .errors import MateTypeError, MateValueError
 
 __all__ = [
-    "Selection", "row_metadata", "lead_metadata", "positions_view", "logical_selection", "physical_selection",
-    "check_compact_blocks", "gate_rows",
+    "Selection", "row_metadata", "lead_metadata", "logical_selection", "physical_selection", "check_compact_blocks",
+    "gate_rows",
 ]  # fmt: skip
 
 MAX_HINT_BLOCKS = 512  # block_indices width limit; 512 blocks x 4 + 3 tail = 2051 slots
@@ -55,22 +55,6 @@ def lead_metadata(
         )
     return t
 
-
-def positions_view(t: torch.Tensor) -> torch.Tensor:
-    """``query_positions`` ``[B, Q]`` (or already ``[rows]``) as a ``[rows]`` view where one exists
-    without a copy; otherwise the ``[B, Q]`` tensor itself.
-
-    The spec asks zero-copy row views only of query, indices, gate and out: positions are
-    metadata, which may be any sliced view. A ``[B, Q]`` slice whose axes do not merge (e.g.
-    ``pos[:, :Q]`` of a wider table) stays 2-D in the plan and the backends flatten it with
-    ``reshape`` (the native launcher then copies its ``B * Q`` entries, a capturable op).
-    """
-    if t.dim() < 2:
-        return t
-    try:
-        return t.view(t.shape[0] * t.shape[1])
-    except RuntimeError:
-        return t
 
 
 def _block_hint(

@@ -38,6 +38,7 @@ __all__ = [
     "row_view",
     "check_out_buffer",
     "check_no_overlap",
+    "positions_view",
     "is_tracing",
     "VECTOR_LOAD_MESSAGE",
 ]
@@ -260,6 +261,23 @@ def row_view(name: str, t: torch.Tensor, batch_dims: int) -> torch.Tensor:
             f"{name}: got {describe(t)}; its batch/query axes must form a zero-copy row view "
             "(stride(0) == shape(1) * stride(1)); pass a framework-prepared flattened tensor instead"
         ) from None
+
+
+def positions_view(t: torch.Tensor) -> torch.Tensor:
+    """``query_positions`` ``[B, Q]`` (or already ``[rows]``) as a ``[rows]`` view where one exists
+    without a copy; otherwise the ``[B, Q]`` tensor itself.
+
+    The spec asks zero-copy row views only of query, indices, gate and out: positions are
+    metadata, which may be any sliced view. A ``[B, Q]`` slice whose axes do not merge (e.g.
+    ``pos[:, :Q]`` of a wider table) stays 2-D in the plan and the backends flatten it with
+    ``reshape`` (the native launcher then copies its ``B * Q`` entries, a capturable op).
+    """
+    if t.dim() < 2:
+        return t
+    try:
+        return t.view(t.shape[0] * t.shape[1])
+    except RuntimeError:
+        return t
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:

@@ -17,11 +17,11 @@ from ._mqa_common import (
     require_like,
     require_native_geometry,
 )
-from ._sparse_rows import positions_view
 from .checks import (
     check_backend,
     check_vector_layout,
     describe,
+    positions_view,
     require_int,
     require_metadata,
     require_native_grid,
@@ -142,7 +142,7 @@ def _paged_keys(block_keys, block_table, page_size, queries: _Queries, q_idx, di
 
 def _positions(query_positions, queries: _Queries, q_idx, backend) -> torch.Tensor | None:
     """``query_positions`` [B, Q] or [B*Q] (padded), [total_q] (varlen), as a [rows] view where
-    one exists without a copy (:func:`._sparse_rows.positions_view`)."""
+    one exists without a copy (:func:`.checks.positions_view`)."""
     if query_positions is None:
         return None
     pos = require_metadata("query_positions", query_positions, backend, "q_idx", q_idx)

@@ -18,8 +18,8 @@ from ._sparse_kv import KVLayout, check_heads, check_key_value, logical_kv, phys
 from ._sparse_native import check_native
 from ._sparse_options import Options, check_compute_dtype, check_kv_scales, check_options, check_physical_exclusions
 from ._sparse_query import QueryLayout, logical_query, metadata_vector, physical_query
-from ._sparse_rows import Selection, gate_rows, lead_metadata, logical_selection, physical_selection, positions_view
-from .checks import check_backend
+from ._sparse_rows import Selection, gate_rows, lead_metadata, logical_selection, physical_selection
+from .checks import check_backend, positions_view
 from .plans import SparseAttentionPlan
 
 __all__ = ["plan_sparse_attention"]
