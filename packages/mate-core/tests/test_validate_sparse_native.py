@@ -67,7 +67,6 @@ INT64_METADATA = [
     ({"width": 7}, "block_indices", lambda a: ints((*lead(a), 1), torch.int64)),
     ({"query": "cu_seqlens"}, "cu_seqlens_q", lambda a: a["cu_seqlens_q"].long()),
     ({"query": "token_to_req"}, "token_to_req", lambda a: a["token_to_req"].long()),
-    ({"kv": "varlen"}, "cu_seqlens_k", lambda a: a["cu_seqlens_k"].long()),
     ({"query": "physical"}, "selected_kv_indices", lambda a: a["selected_kv_indices"].long()),
 ]
 
@@ -76,6 +75,13 @@ INT64_METADATA = [
 def test_native_metadata_must_be_int32(gen, layout, name, value):
     args = apply(_native(gen, **layout), {name: value})
     with pytest.raises(MateTypeError, match=f"^{name}: got dtype int64.*int32"):
+        plan_sparse_attention(**args)
+
+
+def test_varlen_kv_error_comes_before_the_int32_rule(gen):
+    # cu_seqlens_k only exists with varlen K/V, which tilelang rejects: asking for int32 would not help.
+    args = apply(_native(gen, kv="varlen"), {"cu_seqlens_k": lambda a: a["cu_seqlens_k"].long()})
+    with pytest.raises(MateValueError, match=r"cu_seqlens_k: got flattened varlen K/V.*backend='reference'"):
         plan_sparse_attention(**args)
 
 

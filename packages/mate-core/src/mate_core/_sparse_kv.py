@@ -99,8 +99,10 @@ def _varlen(key: torch.Tensor, cu_seqlens_k: object, num_requests: int, backend:
             f"cu_seqlens_k: got None with rank-3 key {list(key.shape)}; expected cu_seqlens_k [R+1] for varlen "
             "K/V [total_k,Hkv,D] (or selected_kv_indices for physical rows, or a rank-4 paged/padded key)"
         )
+    # Dtype rules of the reference: backend='tilelang' rejects varlen K/V itself (check_native),
+    # and that error, not an int32 demand, tells the caller what to pass instead.
     cu = metadata_vector(
-        "cu_seqlens_k", cu_seqlens_k, backend, key, num_requests + 1, "[R+1] cumulative key rows per request"
+        "cu_seqlens_k", cu_seqlens_k, "reference", key, num_requests + 1, "[R+1] cumulative key rows per request"
     )
     return KVLayout("varlen", 0, None, cu)
 

@@ -109,6 +109,10 @@ def check_backend(backend: object) -> str:
 def require_tensor(name: str, x: object) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise MateTypeError(f"{name}: got {describe(x)}; expected a torch.Tensor")
+    if x.layout != torch.strided:  # sparse or nested tensors have no strides the kernels could use
+        raise MateTypeError(
+            f"{name}: got a tensor with layout {x.layout}; expected a dense strided tensor (pass {name}.to_dense())"
+        )
     return x
 
 
@@ -172,13 +176,21 @@ def require_metadata(
     return t
 
 
+INT32_MAX = 2**31 - 1
+
+
 def require_int(name: str, x: object, *, minimum: int | None = None, optional: bool = False) -> int | None:
+    """An int size or count in ``[minimum, INT32_MAX]``: every one of them indexes int32 metadata
+    (token ids, positions, page ids) or an int32 kernel argument, and larger values would only
+    overflow later, inside torch or a kernel."""
     if x is None and optional:
         return None
     if isinstance(x, bool) or not isinstance(x, int):
         raise MateTypeError(f"{name}: got {describe(x)}; expected an int")
     if minimum is not None and x < minimum:
         raise MateValueError(f"{name}: got {x}; expected an int >= {minimum}")
+    if x > INT32_MAX:
+        raise MateValueError(f"{name}: got {x}; expected an int <= {INT32_MAX} (sizes and counts are int32)")
     return x
 
 
@@ -197,13 +209,32 @@ def require_bool(name: str, x: object) -> bool:
     return x
 
 
+FP32_MAX = torch.finfo(torch.float32).max
+FP32_TINY = torch.finfo(torch.float32).tiny  # smallest normal FP32 value
+
+
 def _positive_float(name: str, x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise MateTypeError(f"{name}: got {describe(x)}; expected a positive float")
-    value = float(x)
+    try:
+        value = float(x)
+    except OverflowError:  # an int beyond the float range
+        value = math.inf
     # A comparison, not math.isfinite(): under torch.compile a float argument can be a SymFloat.
     if not abs(value) < math.inf or value <= 0.0:
         raise MateValueError(f"{name}: got {x!r}; expected a finite positive float")
+    return value
+
+
+def _fp32_multiplier(name: str, given: object, value: float) -> float:
+    """The resolved multiplier must be a normal FP32 number: the kernels and the reference scale
+    in FP32, where a larger value is inf (scores become inf or NaN) and a smaller one flushes
+    scores towards 0."""
+    if not FP32_TINY <= value <= FP32_MAX:
+        raise MateValueError(
+            f"{name}: got {given!r}, i.e. a multiplier of {value!r}; expected one in FP32's normal range "
+            f"[{FP32_TINY:.3g}, {FP32_MAX:.3g}] (scores are scaled in FP32)"
+        )
     return value
 
 
@@ -225,10 +256,10 @@ def resolve_scale(
             f"exclusive, pass only one"
         )
     if scale is not None:
-        return _positive_float("scale", scale)
+        return _fp32_multiplier("scale", scale, _positive_float("scale", scale))
     if other is not None:
         value = _positive_float(other_name, other)
-        return 1.0 / value if other_is_denominator else value
+        return _fp32_multiplier(other_name, other, 1.0 / value if other_is_denominator else value)
     return default
 
 

@@ -70,6 +70,9 @@ def _padded_queries(q_idx, cu_seqlens_q, token_to_req, num_requests) -> _Queries
 
 
 def _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend) -> _Queries:
+    # Dtype rules of the reference: backend='tilelang' rejects varlen q_idx itself (_check_native),
+    # and that error, not an int32 demand, tells the caller what to pass instead.
+    backend = "reference"
     total_q = q_idx.shape[0]
     if cu_seqlens_q is not None and token_to_req is not None:
         raise MateValueError(
