@@ -52,8 +52,8 @@ def qsa_indexer_mqa_score(
         ``backend="reference"`` (use :func:`qsa_mqa_prefill` for native packed rows).
         The native path takes ``B <= 65535`` per call (a launch-grid axis).
     block_keys : torch.Tensor
-        Compressed keys, same dtype and device as ``q_idx``. Logical
-        ``[B, N_B, D]``; with ``block_table`` a paged cache
+        Compressed keys, same dtype, device and ``D`` as ``q_idx``. Logical
+        ``[R, N_B, D]`` (``R == B`` for padded ``q_idx``); with ``block_table`` a paged cache
         ``[pages, page_size, 1, D]`` or ``[pages, page_size, D]`` (reference only;
         native paged scoring is :func:`qsa_mqa_decode`).
     block_table : torch.Tensor, optional
@@ -67,12 +67,15 @@ def qsa_indexer_mqa_score(
         int32/int64 ``[total_q]`` request id of each row (varlen only; ids outside
         ``[0, R)`` mark padded rows, which score ``-inf``); needs ``num_requests``.
     num_requests : int, optional
-        Number of requests ``R``; with padded queries it must be ``None`` or ``B``.
+        Number of requests ``R`` (>= 0); required with ``token_to_req``. Otherwise
+        ``None`` or, with padded queries, ``B``; with ``cu_seqlens_q``, ``len(cu_seqlens_q) - 1``.
     query_positions : torch.Tensor, optional
-        int32/int64 ``[B, Q]`` or ``[total_q]`` request-local positions. If
-        omitted, a row's position is its local row index (a fresh prefill chunk).
+        int32 (reference: int32/int64) ``[B, Q]`` (or flattened ``[B * Q]``) for padded
+        ``q_idx``, ``[total_q]`` for varlen: request-local positions. If omitted, a
+        row's position is its local row index (a fresh prefill chunk).
     seq_lens_q : torch.Tensor, optional
-        int32/int64 ``[R]`` query rows per request; rows beyond it are all ``-inf``.
+        int32 (reference: int32/int64) ``[R]`` query rows per request; rows beyond it
+        are all ``-inf``.
     block_size : int, default 4
         Tokens per compressed key (the native path supports 4).
     scale : float, optional

@@ -56,54 +56,66 @@ def qsa_sparse_attention(
     Parameters
     ----------
     query : torch.Tensor
-        bf16 or fp16 (reference: also float32) ``[B, Q, Hq, D]`` padded (batch and
-        query axes must form a zero-copy row view) or ``[total_q, Hq, D]`` flattened
-        with exactly one of ``cu_seqlens_q`` or ``token_to_req`` + ``num_requests``.
-        Canonical geometry: ``Hq=24, Hkv=2, D=256``.
+        bf16 or fp16 (reference: also float32; with ``selected_kv_indices``: bf16
+        only) ``[B, Q, Hq, D]`` padded (batch and query axes must form a zero-copy
+        row view) or ``[total_q, Hq, D]`` flattened with exactly one of
+        ``cu_seqlens_q`` or ``token_to_req`` + ``num_requests``. Canonical
+        geometry: ``Hq=24, Hkv=2, D=256``; ``backend="tilelang"`` requires
+        ``D == 256`` and ``Hq // Hkv <= 16``.
     key : torch.Tensor
-        Same dtype and device as ``query``. Paged ``[pages, page_size, Hkv, D]``
-        with ``block_table``; padded ``[B, S, Hkv, D]``; flattened varlen
-        ``[total_k, Hkv, D]`` with ``cu_seqlens_k`` (reference only); or physical
-        ``[N, Hkv, D]`` with ``selected_kv_indices`` (bf16 only).
+        Same dtype, device and ``D`` as ``query``; ``Hkv >= 1`` must divide ``Hq``.
+        Paged ``[pages, page_size, Hkv, D]`` with ``block_table``; padded
+        ``[R, S, Hkv, D]`` (``R == B`` for a padded query; ``backend="tilelang"``
+        needs a padded query here); flattened varlen ``[total_k, Hkv, D]`` with
+        ``cu_seqlens_k`` (reference only); or physical ``[N, Hkv, D]`` with
+        ``selected_kv_indices`` (bf16 only). ``backend="tilelang"`` also needs
+        ``key`` and ``value`` to satisfy the vector-load layout rule.
     value : torch.Tensor
         Same shape, dtype and device as ``key``.
     token_indices : torch.Tensor, optional
         int32 (reference: int32/int64) ``[B, Q, T]`` or ``[total_q, T]``
-        request-local token ids shared by all Q heads; -1 pads.
+        request-local token ids shared by all Q heads; -1 pads. Required unless
+        ``selected_kv_indices`` is given.
     block_indices : torch.Tensor, optional
-        int32 ``[B, Q, NB]`` / ``[total_q, NB]`` four-token blocks behind
-        ``token_indices`` (a hint; ``T == 4 * NB + 3``, ``1 <= NB <= 512``).
+        int32 (reference: int32/int64) ``[B, Q, NB]`` / ``[total_q, NB]``
+        four-token blocks behind ``token_indices`` (a hint; ``T == 4 * NB + 3``,
+        ``1 <= NB <= 512``).
     cu_seqlens_q : torch.Tensor, optional
-        int32/int64 ``[R + 1]`` cumulative query rows (flattened query).
+        int32 (reference: int32/int64) ``[R + 1]`` cumulative query rows (flattened query).
     token_to_req : torch.Tensor, optional
-        int32/int64 ``[total_q]`` request id per row (ids outside ``[0, R)`` mark
-        padded rows); needs ``num_requests``.
+        int32 (reference: int32/int64) ``[total_q]`` request id per row (ids outside
+        ``[0, R)`` mark padded rows); needs ``num_requests``.
     num_requests : int, optional
-        ``R`` for ``token_to_req``.
+        ``R`` (>= 0); required with ``token_to_req``. Otherwise ``None`` or, with
+        ``cu_seqlens_q``, ``len(cu_seqlens_q) - 1``; with a padded query, ``B``.
     cu_seqlens_k : torch.Tensor, optional
         int32/int64 ``[R + 1]`` cumulative KV rows of flattened varlen K/V (reference only).
     seq_lens_q : torch.Tensor, optional
-        int32/int64 ``[R]`` query rows per request; rows beyond are padded (zeros, LSE -inf).
+        int32 (reference: int32/int64) ``[R]`` query rows per request; rows beyond are
+        padded (zeros, LSE -inf).
     seq_lens_k : torch.Tensor, optional
-        int32/int64 ``[R]`` actual KV lengths, at most the cache capacity.
+        int32 (reference: int32/int64) ``[R]`` actual KV lengths, at most the cache capacity.
     query_positions : torch.Tensor, optional
-        int32/int64 ``[B, Q]`` or ``[total_q]`` request-local causal positions.
+        int32 (reference: int32/int64) ``[B, Q]`` or ``[total_q]`` request-local causal
+        positions.
     block_table : torch.Tensor, optional
-        int32/int64 ``[R, max_pages]`` logical-to-physical page ids (paged K/V).
+        int32 (reference: int32/int64) ``[R, max_pages]`` logical-to-physical page ids
+        (paged K/V).
     page_size : int, optional
         Must equal ``key.shape[1]`` when given (paged K/V).
     scale : float, optional
         Positive softmax multiplier; defaults to ``1/sqrt(D)``. Exclusive with ``softmax_scale``.
     gate : torch.Tensor, optional
-        float32 or the query dtype, ``query.shape[:-1]`` or ``query.shape``;
+        float32 or the query dtype, ``query.shape[:-1]`` or ``query.shape``, on the
+        query's device (padded: batch and query axes must form a zero-copy row view);
         ``out = attention * sigmoid(gate)``.
     num_splits : int, optional
         ``None`` chooses a schedule; a positive int sets the SplitKV count (1 disables it;
-        the native path takes at most 65535). With ``None``, in prefill-sized native calls the
-        rows of requests with 16+ query rows (prefill chunks, also among decode rows) share one
-        K/V gather between neighbouring rows whose selections overlap; environment
-        ``MATE_SPARSE_UNION=0`` turns that off, ``=1`` on for every row of every
-        prefill-sized call.
+        the native path takes at most 65535, and only ``None`` or 1 with padded K/V).
+        With ``None``, in prefill-sized native calls the rows of requests with 16+ query
+        rows (prefill chunks, also among decode rows) share one K/V gather between
+        neighbouring rows whose selections overlap; environment ``MATE_SPARSE_UNION=0``
+        turns that off, ``=1`` on for every row of every prefill-sized call.
     return_lse : bool, default False
         Also return the float32 natural-log log-sum-exp, shape ``query.shape[:-1]``.
     backend : {"tilelang", "reference"}, default "tilelang"
@@ -115,12 +127,13 @@ def qsa_sparse_attention(
         each row; requires ``block_indices``.
     out : torch.Tensor, optional
         Writable non-overlapping positive-stride view with the query's shape,
-        dtype and device; returned as is. Must not overlap any input.
+        dtype and device (padded: batch and query axes must form a zero-copy row
+        view; not a leaf that requires grad); returned as is. Must not overlap any input.
     selected_kv_indices : torch.Tensor, optional
-        int32 ``[total_q, T]`` physical row ids into flattened bf16 K/V
-        ``[N, Hkv, D]``; no page translation or causal filter; ids outside
-        ``[0, N)`` are masked. Exclusive with ``token_indices``, request/page
-        metadata and ``gate``.
+        int32 (reference: int32/int64) ``[total_q, T]`` physical row ids into
+        flattened bf16 K/V ``[N, Hkv, D]``; no page translation or causal filter;
+        ids outside ``[0, N)`` are masked. Exclusive with ``token_indices``,
+        request/page metadata and ``gate``.
     softmax_scale : float, optional
         Alias of ``scale``; do not pass both.
     k_scale, v_scale : float, default 1.0
@@ -128,7 +141,9 @@ def qsa_sparse_attention(
     compute_dtype : torch.dtype, default torch.bfloat16
         bfloat16 (or the query dtype on the logical path); FP8 is rejected.
     lse : torch.Tensor, optional
-        float32 buffer of shape ``query.shape[:-1]``; written whenever supplied.
+        float32 buffer of shape ``query.shape[:-1]`` on the query's device, under the
+        same layout rules as ``out`` (and must not overlap ``out``); written whenever
+        supplied.
 
     Returns
     -------

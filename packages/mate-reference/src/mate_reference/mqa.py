@@ -2,9 +2,10 @@
 
 Each backend function takes a plan validated by :mod:`mate_core`, writes every element
 of ``plan.out`` (FP32) and returns None. Work runs on the plan tensors' own device with
-vectorized torch: the only Python loops are over heads (4 in QSA) and, for varlen
-indexer queries, over requests. Invalid page ids are clamped before any gather and the
-gathered values masked, so nothing is read out of bounds.
+vectorized torch: the only Python loops are over heads (4 in QSA) and, in the indexer,
+over requests (one product per request; varlen queries read their group sizes on the
+host). Invalid page ids are clamped before any gather and the gathered values masked, so
+nothing is read out of bounds.
 
 Score of query row ``r`` against key ``j``: ``scale * sum_h relu(q[r, h, :] . k[j, :])``;
 invisible keys are ``-inf``.
@@ -84,7 +85,8 @@ def paged_keys(cache: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, 
 def _row_requests(plan: IndexerScorePlan, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per query row: request id (clamped to [0, R)), local index, and whether the row is real.
 
-    Returns three ``[rows]`` tensors: int64, int64, bool.
+    Returns three ``[rows]`` tensors: int64, int64, bool. Elementwise ops and gathers only: no
+    host sync and no data-dependent shape (so meta tensors work too).
     """
     device = plan.out.device
     requests = plan.num_requests
@@ -100,9 +102,11 @@ def _row_requests(plan: IndexerScorePlan, rows: int) -> tuple[torch.Tensor, torc
     req = plan.token_to_req.long()
     ok = (req >= 0) & (req < requests)
     req = req.clamp(0, requests - 1)
-    # A request's rows are contiguous: local index = row - its first row.
-    first = torch.full((requests,), rows, dtype=torch.long, device=device)
-    first = first.scatter_reduce(0, req[ok], row[ok], reduce="amin")
+    # A request's rows are contiguous: local index = row - its first row. Rows of no request
+    # go to a spare slot R (instead of being filtered out, which has a data-dependent shape).
+    slot = torch.where(ok, req, torch.full_like(req, requests))
+    first = torch.full((requests + 1,), rows, dtype=torch.long, device=device)
+    first = first.scatter_reduce(0, slot, row, reduce="amin")[:requests]
     return req, row - first[req], ok
 
 
@@ -114,22 +118,46 @@ def _request_keys(plan: IndexerScorePlan) -> tuple[torch.Tensor, torch.Tensor]:
     return keys, torch.ones(keys.shape[:2], dtype=torch.bool, device=keys.device)
 
 
-def _scores_by_request(q: torch.Tensor, keys: torch.Tensor, req: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+def _has_data(t: torch.Tensor) -> bool:
+    """False for tensors without readable values (meta, fake): only shapes can be computed."""
+    return t.device.type != "meta" and not isinstance(t, torch._subclasses.FakeTensor)  # type: ignore[attr-defined]
+
+
+def _scores_by_request(
+    plan: IndexerScorePlan, q: torch.Tensor, keys: torch.Tensor, req: torch.Tensor, ok: torch.Tensor
+) -> torch.Tensor:
     """``[rows, W]`` unscaled scores; each row against its own request's keys.
 
-    Rows are grouped by request with one host sync (the group sizes); rows that belong to
-    no request keep zeros (they are masked afterwards).
+    Each request's rows are scored with one ``[n_r, D] x [D, W]`` product per head. Padded
+    queries: request ``b`` owns rows ``b*Q .. (b+1)*Q - 1``, a static split (no host sync).
+    Varlen queries: the rows are grouped by request, and the group sizes ``n_r`` are read on
+    the host (one sync). That read is kept on purpose: the FP32 rounding of a product depends on
+    its row count, so a sync-free variant (a per-row gather of its request's keys, or every row
+    against every request) would change the oracle's results, and cost ``rows * W * D`` gathered
+    keys or ``R`` times the work. Tensors without data (meta) skip it and return an
+    uninitialized tensor of the right shape. Rows that belong to no request keep zeros (they are
+    masked afterwards).
     """
     requests, width = keys.shape[0], keys.shape[1]
-    scores = torch.zeros(q.shape[0], width, dtype=torch.float32, device=q.device)
+    rows = q.shape[0]
+    if plan.padded:
+        q_len = plan.q_len
+        parts = [
+            relu_head_sum(q[torch.arange(r * q_len, (r + 1) * q_len, device=q.device)], keys[r])
+            for r in range(requests)
+        ]
+        return torch.cat(parts)
+    if not _has_data(q):
+        return torch.empty(rows, width, dtype=torch.float32, device=q.device)
+    scores = torch.zeros(rows, width, dtype=torch.float32, device=q.device)
     group = torch.where(ok, req, requests)
     order = torch.argsort(group, stable=True)
     counts = torch.bincount(group, minlength=requests + 1).tolist()
     start = 0
     for r in range(requests):
         if counts[r]:
-            rows = order[start : start + counts[r]]
-            scores[rows] = relu_head_sum(q[rows], keys[r])
+            rows_r = order[start : start + counts[r]]
+            scores[rows_r] = relu_head_sum(q[rows_r], keys[r])
         start += counts[r]
     return scores
 
@@ -154,7 +182,7 @@ def indexer_score(plan: IndexerScorePlan) -> None:
         ok &= local < plan.seq_lens_q.long()[req]
     pos = local if plan.query_positions is None else plan.query_positions.reshape(-1).long()
     keys, key_ok = _request_keys(plan)
-    scores = _scores_by_request(q, keys, req, ok)
+    scores = _scores_by_request(plan, q, keys, req, ok)
     last_token = torch.arange(1, width + 1, device=q.device) * plan.block_size - 1
     visible = ok[:, None] & key_ok[req] & (last_token[None, :] <= pos[:, None])
     plan.out.copy_(_masked(scores, visible, plan.scale))

@@ -18,6 +18,7 @@ from mate_core.errors import MateTypeError, MateValueError
 __all__ = ["expand_blocks", "topk_blocks"]
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_INT32_MAX = 2**31 - 1  # largest token id expand_blocks returns (its output is int32)
 
 
 def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -38,8 +39,14 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
         id first. Rows with fewer than ``k`` selectable blocks are padded with ``-1``.
     """
     scores = require_tensor("scores", scores)
-    if not scores.is_floating_point() or scores.dim() < 1:
-        raise MateTypeError(f"scores: got {describe(scores)}; expected a floating-point tensor [..., N]")
+    if not scores.is_floating_point():
+        raise MateTypeError(
+            f"scores: got dtype {describe(scores.dtype)}; expected a floating-point dtype (block scores [..., N])"
+        )
+    if scores.dim() < 1:
+        raise MateValueError(
+            f"scores: got shape {list(scores.shape)} (rank 0); expected rank >= 1 [..., N] (N block scores per row)"
+        )
     k = require_int("k", k, minimum=0)
     keep = min(k, scores.shape[-1])
     # NaN sorts as -inf so it is never chosen; a stable sort makes tie order deterministic.
@@ -54,7 +61,9 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
 def _require_integer(name: str, t: object) -> torch.Tensor:
     t = require_tensor(name, t)
     if t.dtype not in _INTEGER:
-        raise MateTypeError(f"{name}: got dtype {describe(t.dtype)}; expected an integer dtype (int32 or int64)")
+        raise MateTypeError(
+            f"{name}: got dtype {describe(t.dtype)}; expected an integer dtype (int32 or int64; also int8, int16, uint8)"
+        )
     return t
 
 
@@ -87,24 +96,38 @@ def expand_blocks(
         (``-1`` for a padding block); the last ``block_size - 1`` slots hold the tail, then
         ``-1``. With 512 blocks of 4 this is the canonical 2051-slot selection, directly usable
         as ``token_indices`` (with ``block_indices`` as its hint) in ``qsa_sparse_attention``.
+        Token ids past int32 (``> 2**31 - 1``, e.g. from int64 block ids or positions) are
+        returned as ``-1``, the padding value, because the native path consumes int32 ids; no
+        device value is read to decide this (the check is an elementwise ``torch.where``).
     """
     blocks = _require_integer("block_indices", block_indices)
     positions = _require_integer("query_positions", query_positions)
     block_size = require_int("block_size", block_size, minimum=1)
     include_tail = require_bool("include_tail", include_tail)
-    if blocks.dim() < 1 or tuple(positions.shape) != tuple(blocks.shape[:-1]):
+    if blocks.dim() < 1:
+        raise MateValueError(
+            f"block_indices: got shape {list(blocks.shape)} (rank 0); expected a tensor of rank >= 1 [..., NB] "
+            "(NB block ids per query row)"
+        )
+    if tuple(positions.shape) != tuple(blocks.shape[:-1]):
         raise MateValueError(
             f"query_positions: got shape {list(positions.shape)}; expected block_indices.shape[:-1] "
             f"({list(blocks.shape[:-1])}) for block_indices {list(blocks.shape)}"
         )
     if positions.device != blocks.device:
-        raise MateValueError(f"query_positions: got device {positions.device}; expected {blocks.device}")
+        raise MateValueError(
+            f"query_positions: got a tensor on {positions.device}; expected block_indices's device ({blocks.device})"
+        )
     offsets = torch.arange(block_size, device=blocks.device)
+    # int64 arithmetic on clamped operands cannot overflow; every token id that does not fit int32
+    # becomes -1 (the int32 cast below would otherwise wrap it onto a small, valid-looking id).
     b = blocks.long()[..., None]
-    tokens = torch.where(b >= 0, b * block_size + offsets, torch.full_like(b, -1)).flatten(-2)
+    tokens = b.clamp(max=_INT32_MAX // block_size + 1) * block_size + offsets
+    tokens = torch.where((b >= 0) & (tokens <= _INT32_MAX), tokens, torch.full_like(tokens, -1)).flatten(-2)
     if include_tail and block_size > 1:
-        p = positions.long()[..., None]
+        # p < 0 has no tail; p >= 2**31 - 1 + block_size has only tail tokens past int32.
+        p = positions.long()[..., None].clamp(min=-1, max=_INT32_MAX + block_size)
         tail = ((p + 1) // block_size) * block_size + offsets[:-1]
-        tail = torch.where((tail <= p) & (tail >= 0), tail, torch.full_like(tail, -1))
+        tail = torch.where((tail <= p) & (tail >= 0) & (tail <= _INT32_MAX), tail, torch.full_like(tail, -1))
         tokens = torch.cat([tokens, tail], dim=-1)
     return tokens.to(torch.int32)
