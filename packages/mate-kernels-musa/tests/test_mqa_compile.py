@@ -99,30 +99,6 @@ def test_score_schedule_variants_compile(tiles, schedule) -> None:
     _check_schedule(src, schedule)
 
 
-def test_default_tiles_and_schedule() -> None:
-    """Bulk stores: 32 tiles per CTA, every refinement, chunk-major with mirrored row blocks and
-    spread -inf stores (a variant the GPU tests check); plain stores: 64 tiles, rows on M."""
-    m = mqa_score_kernel
-    assert m.default_tiles(True)[3] == 32
-    assert m.default_schedule(True) == m.DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
-    assert (m.default_tiles(True), m.default_schedule(True)) in m.VARIANTS
-    assert m.default_tiles(False) == m.DEFAULT_TILES
-    assert m.default_schedule(False) == m.Schedule()
-
-
-def test_schedule_preconditions_raise() -> None:
-    with pytest.raises(ValueError, match="keys-on-M"):
-        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, False, True)
-    with pytest.raises(ValueError, match="overlapped epilogue"):
-        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, False, True)
-    with pytest.raises(ValueError, match="refine the overlapped epilogue"):
-        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, trim=True)
-    with pytest.raises(ValueError, match="chunk_major=True"):
-        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, mirror=True)
-    with pytest.raises(ValueError, match="spread needs the overlapped epilogue"):
-        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, spread=True)
-
-
 DECODE_SPECS = [(d, ps, True) for d in DTYPES for ps in PAGE_SIZES] + [("bfloat16", 8, False), ("float16", 64, False)]
 
 
