@@ -26,14 +26,20 @@ def reference(case):
     return ref
 
 
+def poison(native) -> None:
+    """NaN-fill the native plan's outputs (out, and lse where bound) before a call, so that a
+    call that leaves any of them unwritten fails the comparison instead of showing old values."""
+    native.out.fill_(float("nan"))
+    if native.lse is not None:
+        native.lse.fill_(float("nan"))
+
+
 def plans(case):
     """(native plan with NaN-poisoned outputs, reference plan already run)."""
     from mate_core import plan_sparse_attention
 
     native = plan_sparse_attention(**case.kwargs, backend="tilelang")
-    native.out.fill_(float("nan"))
-    if native.lse is not None:
-        native.lse.fill_(float("nan"))
+    poison(native)
     return native, reference(case)
 
 

@@ -257,10 +257,12 @@ def _prefill_chunk(width: int, gen: torch.Generator, monkeypatch, union: str | N
     sparse_attention(native)
     checks.check(native, ref, case)
     first = native.out_result.clone()
-    native.out.fill_(float("nan"))
+    first_lse = None if native.lse is None else native.lse.clone()
+    checks.poison(native)
     sparse_attention(native)
     torch.cuda.synchronize()
     assert torch.equal(first, native.out_result)
+    assert first_lse is None or torch.equal(first_lse, native.lse)
 
 
 def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
@@ -322,10 +324,12 @@ def test_bitwise_deterministic(gen: torch.Generator) -> None:
     native, _ = checks.plans(case)
     sparse_attention_union(native)
     first = native.out_result.clone()
-    native.out.fill_(float("nan"))
+    first_lse = None if native.lse is None else native.lse.clone()
+    checks.poison(native)
     sparse_attention_union(native)
     torch.cuda.synchronize()
     assert torch.equal(first, native.out_result)
+    assert first_lse is None or torch.equal(first_lse, native.lse)
 
 
 @pytest.mark.parametrize("index", range(4))
