@@ -129,15 +129,26 @@ VARIANT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rows", "keys", "kind"), VARIANT_CASES)
-@pytest.mark.parametrize(
-    ("tiles", "schedule"),
-    mqa_score_kernel.VARIANTS,
-    ids=[mqa_score_kernel.variant_label(*v) for v in mqa_score_kernel.VARIANTS],
-)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
-def test_score_variants_match_reference(gen, tiles, schedule, rows, keys, kind, dtype) -> None:
-    """Every compiled schedule of the score kernel (not only the default) against the reference."""
+BULK_CASES = [c for c in VARIANT_CASES if c[1] % 4 == 0]
+PLAIN_CASES = [c for c in VARIANT_CASES if c[1] % 4]
+
+
+def _plain_variants() -> list[tuple]:
+    """The distinct (tiles, schedule) the plain-store path compiles: it runs every keys-on-M
+    schedule as ``Schedule()`` (rows on M), so those variants would only repeat one kernel."""
+    effective = {}
+    for tiles, schedule in mqa_score_kernel.VARIANTS:
+        plain = mqa_score_kernel.Schedule() if schedule.keys_on_m else schedule
+        effective.setdefault((tiles, plain), (tiles, plain))
+    return list(effective)
+
+
+PLAIN_VARIANTS = _plain_variants()
+
+
+def _check_variant(gen, tiles, schedule, rows, keys, kind, dtype, tma_out: bool) -> None:
+    # The launcher compiles exactly the requested schedule (no silent fallback to another one).
+    assert mqa_launch.score_consts(dtype, tma_out, tiles, schedule) == (dtype, *tiles, tma_out, *schedule)
     q = _randn(gen, rows, H, D, dtype=dtype)
     k = _randn(gen, keys, D, dtype=dtype)
     starts, ends = (t.cuda() for t in _intervals(gen, rows, keys, kind))
@@ -148,6 +159,29 @@ def test_score_variants_match_reference(gen, tiles, schedule, rows, keys, kind, 
     _reference().mqa_prefill(ref)
     torch.cuda.synchronize()
     assert_scores_match(plan.out, ref.out)
+
+
+@pytest.mark.parametrize(("rows", "keys", "kind"), BULK_CASES)
+@pytest.mark.parametrize(
+    ("tiles", "schedule"),
+    mqa_score_kernel.VARIANTS,
+    ids=[mqa_score_kernel.variant_label(*v) for v in mqa_score_kernel.VARIANTS],
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_score_variants_match_reference(gen, tiles, schedule, rows, keys, kind, dtype) -> None:
+    """Every compiled schedule of the score kernel (not only the default) against the reference,
+    on the bulk-store path (keys % 4 == 0)."""
+    _check_variant(gen, tiles, schedule, rows, keys, kind, dtype, tma_out=True)
+
+
+@pytest.mark.parametrize(("rows", "keys", "kind"), PLAIN_CASES)
+@pytest.mark.parametrize(
+    ("tiles", "schedule"), PLAIN_VARIANTS, ids=[mqa_score_kernel.variant_label(*v) for v in PLAIN_VARIANTS]
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_plain_store_variants_match_reference(gen, tiles, schedule, rows, keys, kind, dtype) -> None:
+    """Each distinct kernel of the plain-store path (keys % 4 != 0) against the reference."""
+    _check_variant(gen, tiles, schedule, rows, keys, kind, dtype, tma_out=False)
 
 
 def test_prefill_layout_violation_raises(gen) -> None:
