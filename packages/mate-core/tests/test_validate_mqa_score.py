@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import inspect
 import math
-import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from mate_core import LayoutError, MateTypeError, MateValueError, UnsupportedTargetError, plan_indexer_score
 from mate_core.checks import VECTOR_LOAD_MESSAGE
+
+sys.path.insert(0, str(Path(__file__).parent))  # shared helpers live next to this file
+from message_checks import names_argument
 
 BF16 = torch.bfloat16
 I32 = torch.int32
@@ -40,24 +43,12 @@ def paged(**kw):
     return {**args, **kw}
 
 
-ARGUMENTS = set(inspect.signature(plan_indexer_score).parameters)
-
-
-def names_argument(message: str, name: str) -> bool:
-    """An argument name must appear in the message's head (before the first colon), as a word:
-    a plain substring test passes for "q" anywhere ("require"). Other expected texts (a
-    suggested function, a limit) may appear anywhere."""
-    if name not in ARGUMENTS:
-        return name in message
-    return re.search(rf"\b{re.escape(name)}\b", message.split(":", 1)[0]) is not None
-
-
 def expect(exc, name, kwargs, backend="reference"):
     with pytest.raises(exc) as info:
         plan_indexer_score(**kwargs, backend=backend)
     if exc is not UnsupportedTargetError:  # a rule must fire before the arch gate
         assert not isinstance(info.value, UnsupportedTargetError), str(info.value)
-    assert names_argument(str(info.value), name), str(info.value)
+    assert names_argument(str(info.value), name, plan_indexer_score), str(info.value)
     return info.value
 
 
