@@ -69,10 +69,10 @@ def _padded_queries(q_idx, cu_seqlens_q, token_to_req, num_requests) -> _Queries
     return _Queries(q, batch * q_len, batch, q_len, None, None, (batch, q_len))
 
 
-def _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend) -> _Queries:
-    # Dtype rules of the reference: backend='tilelang' rejects varlen q_idx itself (_check_native),
-    # and that error, not an int32 demand, tells the caller what to pass instead.
-    backend = "reference"
+def _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests) -> _Queries:
+    # Checked with the reference's dtype rules whatever the backend: backend='tilelang' rejects
+    # varlen q_idx itself (_check_native), and that error, not an int32 demand, says what to pass.
+    rules = "reference"
     total_q = q_idx.shape[0]
     if cu_seqlens_q is not None and token_to_req is not None:
         raise MateValueError(
@@ -85,7 +85,7 @@ def _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend) ->
         )
     num_requests = require_int("num_requests", num_requests, minimum=0, optional=True)
     if cu_seqlens_q is not None:
-        cu = require_metadata("cu_seqlens_q", cu_seqlens_q, backend, "q_idx", q_idx)
+        cu = require_metadata("cu_seqlens_q", cu_seqlens_q, rules, "q_idx", q_idx)
         if cu.dim() != 1 or cu.shape[0] < 1:
             raise MateValueError(f"cu_seqlens_q: got shape {list(cu.shape)}; expected [R + 1] (rank 1, at least 1 entry)")
         requests = cu.shape[0] - 1
@@ -94,16 +94,16 @@ def _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend) ->
                 f"num_requests: got {num_requests}; expected None or {requests} (cu_seqlens_q has {requests + 1} entries)"
             )
         return _Queries(q_idx, total_q, requests, 0, cu, None, (total_q,))
-    t2r = require_metadata("token_to_req", token_to_req, backend, "q_idx", q_idx, shape=(total_q,), what="[total_q]")
+    t2r = require_metadata("token_to_req", token_to_req, rules, "q_idx", q_idx, shape=(total_q,), what="[total_q]")
     if num_requests is None:
         raise MateValueError("num_requests: got None with token_to_req; expected the number of requests (an int >= 0)")
     return _Queries(q_idx, total_q, num_requests, 0, None, t2r, (total_q,))
 
 
-def _queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend) -> _Queries:
+def _queries(q_idx, cu_seqlens_q, token_to_req, num_requests) -> _Queries:
     if q_idx.dim() == 4:
         return _padded_queries(q_idx, cu_seqlens_q, token_to_req, num_requests)
-    return _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend)
+    return _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests)
 
 
 def _logical_keys(block_keys, page_size, queries: _Queries, dim: int) -> _Keys:
@@ -222,7 +222,7 @@ def plan_indexer_score(
     heads, dim = heads_and_dim("q_idx", q_idx)
     block_keys = require_data("block_keys", block_keys, backend)
     require_like("block_keys", block_keys, "q_idx", q_idx)
-    queries = _queries(q_idx, cu_seqlens_q, token_to_req, num_requests, backend)
+    queries = _queries(q_idx, cu_seqlens_q, token_to_req, num_requests)
     if block_table is None:
         keys = _logical_keys(block_keys, page_size, queries, dim)
     else:

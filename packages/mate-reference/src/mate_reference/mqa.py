@@ -142,11 +142,7 @@ def _scores_by_request(
     rows = q.shape[0]
     if plan.padded:
         q_len = plan.q_len
-        parts = [
-            relu_head_sum(q[torch.arange(r * q_len, (r + 1) * q_len, device=q.device)], keys[r])
-            for r in range(requests)
-        ]
-        return torch.cat(parts)
+        return torch.cat([relu_head_sum(q[r * q_len : (r + 1) * q_len], keys[r]) for r in range(requests)])
     if not _has_data(q):
         return torch.empty(rows, width, dtype=torch.float32, device=q.device)
     scores = torch.zeros(rows, width, dtype=torch.float32, device=q.device)
