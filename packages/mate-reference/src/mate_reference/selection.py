@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from mate_core.checks import describe, require_bool, require_int, require_tensor
+from mate_core.checks import INT32_MAX, describe, require_bool, require_int, require_tensor
 from mate_core.errors import MateTypeError, MateValueError
 
 __all__ = ["expand_blocks", "topk_blocks"]
 
 _INTEGER = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-_INT32_MAX = 2**31 - 1  # largest token id expand_blocks returns (its output is int32)
 
 
 def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -122,12 +121,12 @@ def expand_blocks(
     # int64 arithmetic on clamped operands cannot overflow; every token id that does not fit int32
     # becomes -1 (the int32 cast below would otherwise wrap it onto a small, valid-looking id).
     b = blocks.long()[..., None]
-    tokens = b.clamp(max=_INT32_MAX // block_size + 1) * block_size + offsets
-    tokens = torch.where((b >= 0) & (tokens <= _INT32_MAX), tokens, torch.full_like(tokens, -1)).flatten(-2)
+    tokens = b.clamp(max=INT32_MAX // block_size + 1) * block_size + offsets
+    tokens = torch.where((b >= 0) & (tokens <= INT32_MAX), tokens, torch.full_like(tokens, -1)).flatten(-2)
     if include_tail and block_size > 1:
         # p < 0 has no tail; p >= 2**31 - 1 + block_size has only tail tokens past int32.
-        p = positions.long()[..., None].clamp(min=-1, max=_INT32_MAX + block_size)
+        p = positions.long()[..., None].clamp(min=-1, max=INT32_MAX + block_size)
         tail = ((p + 1) // block_size) * block_size + offsets[:-1]
-        tail = torch.where((tail <= p) & (tail >= 0) & (tail <= _INT32_MAX), tail, torch.full_like(tail, -1))
+        tail = torch.where((tail <= p) & (tail >= 0) & (tail <= INT32_MAX), tail, torch.full_like(tail, -1))
         tokens = torch.cat([tokens, tail], dim=-1)
     return tokens.to(torch.int32)
