@@ -192,6 +192,7 @@ def random_case(
     n_req: int | None = None,
     empty_requests: bool = False,
     row_counts: list[int] | None = None,
+    lse: str | None = None,
 ) -> Case:
     """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T.
 
@@ -200,6 +201,7 @@ def random_case(
     ``n_req`` fixes the request count; ``empty_requests`` (flattened queries only) gives
     about a third of the requests no rows (repeated ``cu_seqlens_q`` entries). ``row_counts``
     fixes each request's query rows (a mixed batch: a prefill chunk among decode rows).
+    ``lse`` fixes how the LSE is asked for ("none", "return" or "buffer"; default random).
     """
     page_size = _pick(gen, [16, 32, 64])
     if kv == "padded":
@@ -321,7 +323,7 @@ def random_case(
         gdtype = _pick(gen, [torch.float32, dtype])
         gshape = shape[:-1] if gate_kind == "head" else shape
         kwargs["gate"] = (2 * torch.randn(*gshape, generator=gen)).to(gdtype)
-    lse_kind = _pick(gen, ["none", "return", "buffer"])
+    lse_kind = lse or _pick(gen, ["none", "return", "buffer"])
     if lse_kind == "return":
         kwargs["return_lse"] = True
     elif lse_kind == "buffer":
@@ -428,6 +430,17 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     den = b.norm()
     num = (a - b).norm()
     return float(num / den) if den > 0 else float(num)
+
+
+def rel_l2_rows(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest relative L2 error of one vector of ``a`` against ``b`` over their last axis (one
+    (row, head) of an attention output), FP64; a vector whose reference is zero counts its
+    absolute error. One wrong or unwritten vector of a large output hardly moves
+    :func:`rel_l2`, so the checks bound this too."""
+    a, b = a.double().flatten(0, -2), b.double().flatten(0, -2)
+    num, den = (a - b).norm(dim=-1), b.norm(dim=-1)
+    err = torch.where(den > 0, num / den.clamp_min(1e-300), num)
+    return float(err.max()) if err.numel() else 0.0
 
 
 def lse_error(a: torch.Tensor, b: torch.Tensor) -> float:

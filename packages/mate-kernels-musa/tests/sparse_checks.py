@@ -13,6 +13,7 @@ import torch
 
 REL_L2 = 1e-2
 LSE_TOL = 1e-2
+ROW_REL_L2 = 3e-2  # per (row, head) vector: bf16 rounding of P and of the output, on D = 256 features
 
 
 def reference(case):
@@ -43,13 +44,21 @@ def plans(case):
     return native, reference(case)
 
 
+def assert_out_close(out: torch.Tensor, want: torch.Tensor, notes: object = "") -> None:
+    """``out`` within ``REL_L2`` of the reference output as a whole and ``ROW_REL_L2`` per (row, head)."""
+    err = cases.rel_l2(out.float(), want.float())
+    assert err < REL_L2, f"rel L2 {err:.3e}: {notes}"
+    row_err = cases.rel_l2_rows(out.float(), want.float())
+    assert row_err < ROW_REL_L2, f"rel L2 {row_err:.3e} on one (row, head): {notes}"
+
+
 def check(native, ref, case) -> None:
-    """Output fully written and within ``REL_L2``; empty rows zero; LSE within ``LSE_TOL``; no write outside ``out``."""
+    """Output fully written, within ``REL_L2`` as a whole and ``ROW_REL_L2`` per (row, head);
+    empty rows zero; LSE within ``LSE_TOL``; no write outside ``out``."""
     torch.cuda.synchronize()
     out = native.out_result
     assert not torch.isnan(out).any(), f"NaN left in out: {case.notes}"
-    err = cases.rel_l2(out.float(), ref.out_result.float())
-    assert err < REL_L2, f"rel L2 {err:.3e}: {case.notes}"
+    assert_out_close(out, ref.out_result, case.notes)
     empty = ref.lse_result == -math.inf
     assert torch.equal(out[empty], torch.zeros_like(out[empty])), f"empty rows not zero: {case.notes}"
     if native.lse is not None:

@@ -34,6 +34,17 @@ def test_random_large(index: int, gen: torch.Generator) -> None:
     _run_case(cases.random_case(gen, max_rows=4096, max_width=2051, canonical=index % 2 == 0 or index < 2, width=width))
 
 
+@pytest.mark.parametrize(("rows", "dtype"), [(4096, torch.bfloat16), (2500, torch.float16)], ids=["bf16", "fp16"])
+def test_prefill_sized_with_lse(rows: int, dtype: torch.dtype, gen: torch.Generator) -> None:
+    """A prefill chunk of ``rows`` rows with full 2051-slot QSA selections, the LSE returned:
+    the prefill schedule (no split, the context-region sort) on a draw that is never decode
+    sized, every (row, head) and every LSE checked."""
+    case = cases.random_case(gen, max_rows=rows, max_width=2051, width=2051, canonical=True, row_counts=[rows],
+                             num_splits=None, dtype=dtype, lse="return")  # fmt: skip
+    native = _run_case(case)
+    assert native.lse is not None
+
+
 @pytest.mark.parametrize("num_splits", cases.SPLITS)
 def test_fp16(num_splits, gen: torch.Generator) -> None:
     _run_case(cases.random_case(gen, max_rows=48, max_width=400, dtype=torch.float16, num_splits=num_splits))
