@@ -13,7 +13,10 @@ import torch
 
 REL_L2 = 1e-2
 LSE_TOL = 1e-2
-ROW_REL_L2 = 3e-2  # per (row, head) vector: bf16 rounding of P and of the output, on D = 256 features
+# Per (row, head) vector of D = 256 features, the spec's bound applied to each: on the H200
+# (session 17, 39 random draws, 170k vectors, bf16 and fp16, up to 4096 rows x 2051 slots, peaked
+# softmax) the largest was 4.7e-3 in bf16 (p99 3.1e-3-3.8e-3 per draw) and 6.1e-4 in fp16.
+ROW_REL_L2 = 1e-2
 
 
 def reference(case):
