@@ -165,5 +165,7 @@ def gpu(session: nox.Session) -> None:
     """GPU-marked tests in the current environment (run on the H200; not a default session)."""
     src = os.pathsep.join(str(p) for p in sorted((ROOT / "packages").glob("*/src")))
     # MATE_REQUIRE_GPU: without a usable sm_90 GPU and TileLang the run fails instead of skipping every test.
-    env = {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "MATE_REQUIRE_GPU": "1"}
+    # MATE_TEST_PRECOMPILE: the tests' kernels are compiled in parallel before the tests run (kernels conftest.py).
+    env = {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "MATE_REQUIRE_GPU": "1",
+           "MATE_TEST_PRECOMPILE": "1"}  # fmt: skip
     session.run("python3", "-m", "pytest", "-m", "gpu", "packages", *session.posargs, env=env)

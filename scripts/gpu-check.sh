@@ -10,6 +10,7 @@ out=${1:-${OUT:-gpu-results}}
 mkdir -p "$out"
 steps=${STEPS:-"tests sanitizer bench"}
 export MATE_REQUIRE_GPU=1  # GPU tests fail the run instead of skipping when no usable GPU is found (conftest.py)
+export MATE_TEST_PRECOMPILE=1  # the GPU tests' kernels compile in parallel before the tests run (kernels conftest.py)
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 mqa=packages/mate-kernels-musa/tests/test_mqa_native.py

@@ -2,7 +2,8 @@
 
 Every check plans the call through ``mate_core.plan_*`` (tilelang and reference plans of
 the same inputs), poisons the native output with NaN, runs both backends and compares:
-identical ``-inf`` pattern, no NaN left, relative L2 error < 1e-2 on the finite scores.
+identical ``-inf`` pattern, no NaN left, relative L2 error < 1e-2 on the finite scores, as a whole
+and in each row.
 Inputs are fresh random normals (never zeros); metadata covers ragged and empty intervals,
 rows past the last key, -1 and out-of-range pages, sliced views and broadcast queries.
 """

@@ -103,3 +103,22 @@ def test_precompile_in_worker_processes(tmp_path, monkeypatch) -> None:
     assert [r.spec for r in results] == specs and sorted(seen) == sorted(results)
     assert all(r.error is None for r in results), [r.error for r in results]
     assert any(tmp_path.iterdir()), "nothing written to the cache"
+
+
+def test_gpu_test_list_covers_launchers_and_test_variants() -> None:
+    """The list the GPU test run precompiles (``gpu_specializations.py``, ``MATE_TEST_PRECOMPILE=1``)
+    holds every launcher kernel of every GQA group and each test-only family, each once."""
+    import sys
+
+    from mate_kernels_musa import mqa_score_kernel, sparse_launch
+
+    specs = sys.modules["mate_kernels_musa_tests_gpu_specializations"].gpu_test_specializations()
+    assert len(specs) == len(set(specs))
+    assert set(pc.launcher_specializations(groups=tuple(range(1, 17)))) <= set(specs)
+    score = {s.consts for s in specs if s.factory is mqa_score_kernel.score_kernel}
+    for tiles, schedule in mqa_score_kernel.VARIANTS:
+        assert mqa_launch.score_consts("float16", True, tiles, schedule) in score
+    consts = {s.consts for s in specs}
+    assert mqa_launch.decode_consts("bfloat16", 8, False) in consts  # element-load decode
+    for tile in sparse_launch.TILES:
+        assert sparse_launch.paged_consts(12, "bfloat16", tile, wide=True) in consts  # int64 offsets
