@@ -850,3 +850,11 @@ def score_kernel(
                 store_blind(O_s, out, bz, row0, by * TPC * BM)
 
     return mqa_score
+
+
+# TileLang's buffer-initialization check reads ``head_sum``'s ``if_then_else(h == 0, 0, total)`` as a
+# read of ``total`` before any write and warned on every compile of a keys-on-M schedule; the
+# read only happens for h > 0, after head 0 wrote the element. The forms that avoid the
+# conditional change the pipelined loop's statement count or the fragment's access pattern, which
+# TileLang 0.1.15 rejects; the check is analysis only (same generated code with it off).
+score_kernel.pass_configs = {"cuda": {"tl.disable_buffer_init_check": True}}  # type: ignore[attr-defined]
