@@ -37,8 +37,8 @@ def test_random_large(index: int, gen: torch.Generator) -> None:
 @pytest.mark.parametrize(("rows", "dtype"), [(4096, torch.bfloat16), (2500, torch.float16)], ids=["bf16", "fp16"])
 def test_prefill_sized_with_lse(rows: int, dtype: torch.dtype, gen: torch.Generator) -> None:
     """A prefill chunk of ``rows`` rows with full 2051-slot QSA selections, the LSE returned:
-    the prefill schedule (no split, the context-region sort) on a draw that is never decode
-    sized, every (row, head) and every LSE checked."""
+    the prefill schedule (no split; the union search, then the union or the paged kernel per row
+    group) on a draw that is never decode sized, every (row, head) and every LSE checked."""
     case = cases.random_case(gen, max_rows=rows, max_width=2051, width=2051, canonical=True, row_counts=[rows],
                              num_splits=None, dtype=dtype, lse="return")  # fmt: skip
     native = _run_case(case)
