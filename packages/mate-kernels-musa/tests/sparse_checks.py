@@ -38,6 +38,18 @@ def poison(native) -> None:
         native.lse.fill_(float("nan"))
 
 
+def assert_rerun_bitwise(native, run) -> None:
+    """After a call into ``native``, rerun ``run(native)`` into NaN-poisoned outputs: ``out`` (and the
+    LSE, when bound) must come back bitwise equal."""
+    first = native.out_result.clone()
+    first_lse = None if native.lse is None else native.lse.clone()
+    poison(native)
+    run(native)
+    torch.cuda.synchronize()
+    assert torch.equal(first, native.out_result)
+    assert first_lse is None or torch.equal(first_lse, native.lse)
+
+
 def plans(case):
     """(native plan with NaN-poisoned outputs, reference plan already run)."""
     from mate_core import plan_sparse_attention

@@ -212,14 +212,7 @@ def test_bitwise_deterministic(gen: torch.Generator) -> None:
     case = cases.random_case(gen, max_rows=256, max_width=2051, canonical=True, num_splits=None).to("cuda")
     native, _ = _plans(case)
     sparse_attention(native)
-    first = native.out_result.clone()
-    first_lse = None if native.lse is None else native.lse.clone()
-    checks.poison(native)
-    sparse_attention(native)
-    torch.cuda.synchronize()
-    assert torch.equal(first, native.out_result)
-    if first_lse is not None:
-        assert torch.equal(first_lse, native.lse)
+    checks.assert_rerun_bitwise(native, sparse_attention)
 
 
 @pytest.mark.parametrize("index", range(3))

@@ -256,13 +256,7 @@ def _prefill_chunk(width: int, gen: torch.Generator, monkeypatch, union: str | N
     assert expect(sched), sched
     sparse_attention(native)
     checks.check(native, ref, case)
-    first = native.out_result.clone()
-    first_lse = None if native.lse is None else native.lse.clone()
-    checks.poison(native)
-    sparse_attention(native)
-    torch.cuda.synchronize()
-    assert torch.equal(first, native.out_result)
-    assert first_lse is None or torch.equal(first_lse, native.lse)
+    checks.assert_rerun_bitwise(native, sparse_attention)
 
 
 def test_memcheck_default_path_sorts_and_repeats(gen: torch.Generator, monkeypatch) -> None:
@@ -323,13 +317,7 @@ def test_bitwise_deterministic(gen: torch.Generator) -> None:
     case = cases.random_case(gen, max_rows=256, max_width=2051, canonical=True).to("cuda")
     native, _ = checks.plans(case)
     sparse_attention_union(native)
-    first = native.out_result.clone()
-    first_lse = None if native.lse is None else native.lse.clone()
-    checks.poison(native)
-    sparse_attention_union(native)
-    torch.cuda.synchronize()
-    assert torch.equal(first, native.out_result)
-    assert first_lse is None or torch.equal(first_lse, native.lse)
+    checks.assert_rerun_bitwise(native, sparse_attention_union)
 
 
 @pytest.mark.parametrize("index", range(4))

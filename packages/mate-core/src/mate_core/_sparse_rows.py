@@ -56,7 +56,6 @@ def lead_metadata(
     return t
 
 
-
 def _block_hint(
     block_indices: object, tokens: torch.Tensor, backend: str, query: torch.Tensor, layout: QueryLayout
 ) -> torch.Tensor:

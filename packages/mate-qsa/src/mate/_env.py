@@ -20,7 +20,7 @@ from mate_core.arch import NATIVE_TARGETS, describe_device, native_target_for
 from mate_core.errors import UnsupportedTargetError
 from mate_kernels_musa.target import profile_for
 
-__all__ = ["devices", "native_targets", "package_versions", "supported_device", "tilelang_config"]
+__all__ = ["device_count", "devices", "native_targets", "package_versions", "supported_device", "tilelang_config"]
 
 _DISTRIBUTIONS = ("mate-qsa", "mate-core", "mate-reference", "mate-kernels-musa", "torch", "rich")
 _MODULES = {
@@ -61,12 +61,20 @@ def package_versions() -> dict[str, str | None]:
     return found
 
 
+def device_count(device_type: str) -> int:
+    """Usable devices of ``device_type`` in this torch (0 when the backend is absent or unavailable)."""
+    module = getattr(torch, device_type, None)
+    is_available = getattr(module, "is_available", None)
+    try:
+        return int(module.device_count()) if is_available is not None and is_available() else 0
+    except (RuntimeError, AttributeError):  # a backend that is present but broken counts as absent
+        return 0
+
+
 def _device_names() -> list[str]:
     names = ["cpu"]
-    names += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    musa = getattr(torch, "musa", None)
-    if musa is not None and musa.is_available():
-        names += [f"musa:{i}" for i in range(musa.device_count())]
+    for device_type in ("cuda", "musa"):  # the device types of the native target table
+        names += [f"{device_type}:{i}" for i in range(device_count(device_type))]
     return names
 
 

@@ -379,14 +379,7 @@ def _native_problem(device: str) -> str | None:
 _ACCELERATORS = ("cuda", "musa", "xpu", "mps")
 
 
-def _device_count(device_type: str) -> int:
-    """Usable devices of ``device_type`` in this torch (0 when the backend is absent or unavailable)."""
-    module = getattr(torch, device_type, None)
-    is_available = getattr(module, "is_available", None)
-    try:
-        return int(module.device_count()) if is_available is not None and is_available() else 0
-    except (RuntimeError, AttributeError):  # a backend that is present but broken counts as absent
-        return 0
+_device_count = _env.device_count  # a module global, so that tests can stand in for the machine
 
 
 def _expected_devices() -> str:
