@@ -176,6 +176,37 @@ Ways of cutting that work, all measured or tried in the same session:
     ``Layout::Reshape``, ``(32, 256)`` vs ``(2, 32, 256)``;
   - ``block_n=16`` with 4 warps has no valid warp partition for ``M=16, N=16``.
 
+  Session 18 (probe ``.devrun/s18_deep.py``, patched kernel ``.devrun/s18_spk.py``; not
+  kept). With the runtime trip counts in place, ``num_stages >= 2`` fails later, in CUDA
+  code generation (``Downcast from tirx.Sub to ir.IntImm``: the pipeline's closing waits get
+  a runtime group count). It compiles when the per-chunk loop runs a constant
+  ``chunk_blocks`` steps (slots past the split's end are masked; their copies are zero
+  fills, no reads). The idea: fewer, longer CTAs with more copies in flight each, and at
+  one split no partials and no merge. Outputs were bitwise equal to the shipped path.
+  H200, same process, three rounds, CUDA-graph medians after a read flush, us:
+
+  ===================================================  ======================
+  variant (``chunk_blocks``, stages, launch-bound
+  minimum CTAs per SM, splits)                         time
+  ===================================================  ======================
+  decode 64 x 1, shipped ``W4``, 4 splits              80.9 / 81.4 / 81.4
+  68, 2 stages, 1 CTA per SM, 1 split (no merge)       116.2 / 116.2 / 115.9
+  68, 3 stages, same                                   117.5 / 117.4 / 117.3
+  68, 4 stages, same                                   120.4 / 120.3 / 120.1
+  36, 2 stages, 2 per SM, 2 splits                     89.6 / 89.9 / 89.7
+  36, 3 stages, 2 per SM, 2 splits                     117.1 / 117.0 / 117.0
+  20, 2 stages, 3 per SM, 3 splits                     156.7 / 157.0 / 157.1
+  decode 64 x 4, shipped ``W4``, 1 split               264.8 / 265.1 / 265.4
+  16, 2 stages, 2 per SM                               335.3 / 335.1 / 335.6
+  16, 3 stages, 2 per SM                               436.2 / 436.2 / 436.3
+  ===================================================  ======================
+
+  One CTA per SM walks its 65 blocks at ~1.6 us a block (the gather wait, then QK, the
+  softmax barriers and PV in turn): the per-block chain of one CTA, not the copies in
+  flight, is the limit. Deeper pipelines also take shared memory and with it resident CTAs:
+  the 36-block 3-stage variant (~124 KB) holds one CTA per SM, the 20-block one (~83 KB) two,
+  not three. Four one-stage CTAs per SM overlap four such chains and keep the gather at the
+  copy rate.
 Next chunk's pages a block ahead (same day, probe, two interleaved rounds, us): loading the
 next chunk's block-table entries into registers during the chunk's first block and writing
 the offsets during its second (so the page loads no longer stall the resolution) measured
