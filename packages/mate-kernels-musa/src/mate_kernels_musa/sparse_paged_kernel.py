@@ -38,6 +38,19 @@ overlaps the metadata chain instead of preceding the page loads: decode 64 x 1 8
 32 x 1 51.7 against 50.3, 8 x 1 27.0 against 26.1, 1 x 1 19.9-20.1 against 20.5-20.6, and the
 90%-overlap prefill (paged kernel alone) 2994 against 2902-2924 (results bitwise identical).
 
+Q by cp.async (session 18, patch ``.devrun/s18_q.py``, probe ``.devrun/s18_qprobe.py``; not kept):
+the eager path issued Q as four 16-byte ``cp.async`` per thread (a flat 16-byte-row view of Q
+beside the strided one, its row and head strides in 16-byte units) right after the token-id
+loads, before the request search, and the gather's first wait covered it. No registers are
+held (128, no spills, as shipped). Results were bitwise equal on all six cases. H200, same
+process, three interleaved rounds, CUDA-graph medians after a read flush, us, shipped first:
+decode 64 x 1 80.9 / 81.3 / 81.6 against 81.2 / 81.1 / 81.0; 64 x 4 265.8 / 265.6 / 266.0
+against 265.0 / 265.2 / 265.9; 1 x 1 20.1 / 20.2 / 20.4 against 19.5 / 19.7 / 19.7; 8 x 1
+25.9 / 25.7 / 26.0 against 25.9 / 25.5 / 25.9; uniform prefill 2700 / 2699 / 2700 against
+2707 / 2691 / 2691; 90% overlap 1642 / 1642 / 1641 against 1644 / 1642 / 1642. The Q phase of
+the stamps below (1.28 us) is not on the path to the first gather: only one-row calls gain,
+~0.5 us, which does not pay for a second Q view and a strided-Q fallback.
+
 Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
 us). The eager path reads every slot's page before applying the slot rule, with the column
 clamped into the table, instead of only for used slots: the load then waits for the row's
