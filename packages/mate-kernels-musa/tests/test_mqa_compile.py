@@ -45,20 +45,27 @@ def _check_schedule(src: str, schedule) -> None:
     assert ("((rb % 2) == 0)" in src) == schedule.mirror
     # Spread: the computing CTAs store -inf 4-key groups straight from registers.
     assert ("*(float4*)(out4 + " in src) == schedule.spread
+    # Unguarded: one bounds test per blind tile (its row and key origin held in variables).
+    assert ("(r0v + 64) <= nq" in src) == schedule.unguarded
     if schedule.late_wait:
         # The in-loop store is left in flight past the wgmma wait (waited before the barrier).
         loop = src[src.index("for (int it") :]
         assert loop.index("tma_store_arrive") < loop.index("tl::wait_wgmma<0>") < loop.index("tma_store_wait")
 
 
-@pytest.mark.parametrize("tma_out", [True, False], ids=["tma-store", "plain-store"])
+@pytest.mark.parametrize(
+    ("tma_out", "rows_per_key"),
+    [(True, 0), (True, 4), (False, 0)],
+    ids=["tma-store", "tma-store-causal", "plain-store"],
+)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_score_kernel_compiles(dtype: str, tma_out: bool) -> None:
+def test_score_kernel_compiles(dtype: str, tma_out: bool, rows_per_key: int) -> None:
     """The launcher's default specializations: keys on M with every refinement, chunk-major
-    mirrored order and spread -inf stores for bulk stores, rows on M with plain stores."""
+    mirrored order and spread -inf stores for bulk stores (whole causal prompts: with unguarded
+    whole blind tiles), rows on M with plain stores."""
     from mate_kernels_musa._build import build
 
-    schedule = mqa_score_kernel.default_schedule(tma_out)
+    schedule = mqa_score_kernel.default_schedule(tma_out, rows_per_key * 1000, 1000)
     consts = (dtype, *mqa_score_kernel.default_tiles(tma_out), tma_out, *schedule)
     src = _source(build(mqa_score_kernel.score_kernel, "cuda-sm90a", *consts))
     # Hopper path: warpgroup MMA and 16-byte cp.async loads of Q and K; bulk tensor stores.
@@ -83,7 +90,7 @@ def _covered(schedule, others) -> bool:
 # One variant per schedule the launcher never picks (tiles per CTA is only a trip count; each
 # compile costs the 2-core CI several seconds), skipping schedules whose code paths a compiled
 # schedule (the launcher's included) turns on too.
-_DEFAULTS = (mqa_score_kernel.BULK_SCHEDULE,)
+_DEFAULTS = (mqa_score_kernel.BULK_SCHEDULE, mqa_score_kernel.CAUSAL_SCHEDULE)
 _SCHEDULES = {s: (t, s) for t, s in reversed(mqa_score_kernel.VARIANTS) if s not in _DEFAULTS}
 OTHER_VARIANTS = [v for s, v in _SCHEDULES.items() if not _covered(s, [*_SCHEDULES, *_DEFAULTS])]
 

@@ -97,6 +97,7 @@ PREFILL_CASES = [
     (333, 129, "causal"),
     (64, 65536, "ragged"),
     (700, 4100, "causal"),
+    (2100, 520, "causal"),  # a whole causal prompt (rows >= 4 * keys): the launcher's causal schedule
 ]
 
 
@@ -133,6 +134,7 @@ VARIANT_CASES = [
     (96, 9000, "prefix"),  # CTAs that see none of their keys (bulk-store -inf stream)
     (96, 9001, "prefix"),  # the same with plain stores
     (950, 5000, "stretch"),  # -inf chunks spread over the computing CTAs of row-block pairs
+    (2100, 520, "causal"),  # whole and partial blind tiles of a causal prompt (unguarded stores)
 ]
 
 
@@ -210,6 +212,7 @@ INDEXER_CASES = [
     (2, 100, 9, False, True),  # rows beyond the last block, padded rows
     (4, 70, 300, True, True),
     (2, 300, 4400, True, True),  # several key chunks: the spread -inf stores across requests
+    (2, 600, 148, True, True),  # rows >= 4 * keys: the causal schedule across requests
 ]
 
 

@@ -21,6 +21,27 @@ def test_default_tiles_and_schedule() -> None:
     assert m.default_schedule(False) == m.Schedule()
 
 
+@pytest.mark.parametrize(
+    ("tma_out", "rows", "keys", "causal"),
+    [
+        (True, 32768, 8192, True),  # a whole causal prompt: 4 rows per key
+        (True, 32767, 8192, False),
+        (True, 4096, 32768, False),  # a prefill chunk late in a long context
+        (True, 8192, 4096, False),  # a chunk as long as the context before it
+        (True, 5, 0, False),  # no keys
+        (False, 32768, 8192, False),  # plain stores: rows on M whatever the shape
+    ],
+)
+def test_causal_prompt_schedule(tma_out: bool, rows: int, keys: int, causal: bool) -> None:
+    """Bulk stores with at least 4 rows per key (a whole causal prompt) take the schedule whose
+    blind tiles wholly inside the output skip the per-group bounds tests; nothing else does."""
+    m = mqa_score_kernel
+    assert m.CAUSAL_SCHEDULE == m.BULK_SCHEDULE._replace(unguarded=True)
+    assert (m.default_tiles(True), m.CAUSAL_SCHEDULE) in m.VARIANTS
+    want = m.CAUSAL_SCHEDULE if causal else m.default_schedule(tma_out)
+    assert m.default_schedule(tma_out, rows, keys) == want
+
+
 def test_schedule_preconditions_raise() -> None:
     pytest.importorskip("tilelang")  # the factory builds TileLang macros before the checks
     with pytest.raises(ValueError, match="keys-on-M"):
@@ -33,3 +54,5 @@ def test_schedule_preconditions_raise() -> None:
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, mirror=True)
     with pytest.raises(ValueError, match="spread needs the overlapped epilogue"):
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, spread=True)
+    with pytest.raises(ValueError, match="unguarded refines the spread"):
+        mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, True, unguarded=True)

@@ -29,7 +29,8 @@ def _recorder(monkeypatch, module) -> list[tuple]:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_covers_mqa_launchers(dtype: torch.dtype, monkeypatch) -> None:
-    """Every kernel the MQA launchers build for aligned inputs (both store paths, every page size)."""
+    """Every kernel the MQA launchers build for aligned inputs (both store paths, the schedule of whole
+    causal prompts, every page size)."""
     built = _recorder(monkeypatch, mqa_launch)
     i32 = {"dtype": torch.int32}
     q, rows = torch.randn(1, 8, 4, 128).to(dtype), torch.randn(3, 4, 128).to(dtype)
@@ -40,6 +41,10 @@ def test_covers_mqa_launchers(dtype: torch.dtype, monkeypatch) -> None:
         plan = mate_core.plan_mqa_prefill(rows, keys[0], torch.zeros(3, **i32), torch.full((3,), 2, **i32),
                                           backend="reference")  # fmt: skip
         mqa_launch.mqa_prefill(dataclasses.replace(plan, backend="tilelang"))
+    # Bulk stores with 4 rows per key: the schedule of whole causal prompts.
+    plan = mate_core.plan_mqa_prefill(torch.randn(16, 4, 128).to(dtype), torch.randn(4, 128).to(dtype),
+                                      torch.zeros(16, **i32), torch.full((16,), 2, **i32), backend="reference")  # fmt: skip
+    mqa_launch.mqa_prefill(dataclasses.replace(plan, backend="tilelang"))
     for page_size in NATIVE_DECODE_PAGE_SIZES:
         cache = torch.randn(3, page_size, 1, 128).to(dtype)
         plan = mate_core.plan_mqa_decode(rows[:1], cache, torch.zeros(1, 2, **i32), torch.full((1,), 5, **i32), 32,
@@ -47,7 +52,7 @@ def test_covers_mqa_launchers(dtype: torch.dtype, monkeypatch) -> None:
         mqa_launch.mqa_decode(dataclasses.replace(plan, backend="tilelang"))
     name = "bfloat16" if dtype == torch.bfloat16 else "float16"
     listed = {(s.factory, s.consts) for s in pc.launcher_specializations(dtypes=(name,))}
-    assert len(set(built)) == 2 + len(NATIVE_DECODE_PAGE_SIZES)
+    assert len(set(built)) == 3 + len(NATIVE_DECODE_PAGE_SIZES)
     assert set(built) <= listed, set(built) - listed
 
 

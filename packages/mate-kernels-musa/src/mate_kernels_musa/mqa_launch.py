@@ -34,13 +34,16 @@ def score_consts(
     tma_out: bool,
     tiles: tuple[int, int, int, int] | None = None,
     schedule: mqa_score_kernel.Schedule | None = None,
+    rows: int = 0,
+    keys: int = 0,
 ) -> tuple[Any, ...]:
     """Compile-time arguments of ``score_kernel``: the default tiles and schedule of the store path
-    unless given (keys-on-M schedules only for bulk stores)."""
+    and of ``rows`` query rows over ``keys`` keys unless given (keys-on-M schedules only for bulk
+    stores)."""
     if tiles is None:
         tiles = mqa_score_kernel.default_tiles(tma_out)
     if schedule is None:
-        schedule = mqa_score_kernel.default_schedule(tma_out)
+        schedule = mqa_score_kernel.default_schedule(tma_out, rows, keys)
     if not tma_out and schedule.keys_on_m:
         schedule = mqa_score_kernel.Schedule()  # keys-on-M stages only for bulk stores
     return (dtype, *tiles, tma_out, *schedule)
@@ -52,9 +55,12 @@ def decode_consts(dtype: str, page_size: int, k_vec: bool, block_keys: int = mqa
 
 
 def specializations(dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> list[tuple[Any, tuple[Any, ...]]]:
-    """``(factory, consts)`` of the default MQA kernels: the score kernel for both store paths and the
-    decode kernel for every native page size on the 16-byte-load path."""
+    """``(factory, consts)`` of the default MQA kernels: the score kernel for both store paths (and the
+    bulk-store schedule of whole causal prompts) and the decode kernel for every native page size
+    on the 16-byte-load path."""
     score = [(mqa_score_kernel.score_kernel, score_consts(d, tma)) for d in dtypes for tma in (True, False)]
+    score += [(mqa_score_kernel.score_kernel, score_consts(d, True, schedule=mqa_score_kernel.CAUSAL_SCHEDULE))
+              for d in dtypes]  # fmt: skip
     decode = [(mqa_decode_kernel.decode_kernel, decode_consts(d, ps, True)) for d in dtypes for ps in NATIVE_DECODE_PAGE_SIZES]
     return score + decode
 
@@ -88,14 +94,15 @@ def launch_score(
 
     ``starts``/``ends`` are ``[nb, nq]`` int32; ``tiles`` is ``(block_rows, block_keys, threads,
     tiles_per_cta)`` (default: :func:`~.mqa_score_kernel.default_tiles`) and ``schedule`` a
-    :class:`~.mqa_score_kernel.Schedule` (default: :func:`~.mqa_score_kernel.default_schedule`);
-    the grid is derived from the shapes inside the kernel.
+    :class:`~.mqa_score_kernel.Schedule` (default: :func:`~.mqa_score_kernel.default_schedule` of
+    the store path and of ``nq`` rows over ``nk`` keys); the grid is derived from the shapes inside
+    the kernel.
     """
     if out.numel() == 0:
         return
     # Bulk tensor (TMA) stores need 16-byte row pitches: nk % 4 == 0 (out is contiguous).
     tma_out = out.shape[2] % 4 == 0 and out.data_ptr() % 16 == 0
-    consts = score_consts(_DTYPES[q.dtype], tma_out, tiles, schedule)
+    consts = score_consts(_DTYPES[q.dtype], tma_out, tiles, schedule, q.shape[1], k.shape[1])
     kernel = _kernel(mqa_score_kernel.score_kernel, q.device, *consts)
     kernel(q, k, starts, ends, out, *strides8(q), *strides8(k), float(scale))
 

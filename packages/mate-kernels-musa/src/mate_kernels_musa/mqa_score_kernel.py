@@ -141,9 +141,30 @@ are the spread stores. A guard-free path for blind tiles that lie wholly inside 
 same process, three interleaved rounds, us: causal 350.4 / 350.5 / 349.5 against 356.6 /
 356.9 / 356.4 (-1.8%), but the prefill shape, which runs none of that code, 235.8 / 235.3 /
 235.6 against 231.0 / 231.3 / 231.1 (+2%). Results were bitwise equal and the MQA GPU tests
-passed (363). Not kept: what causal gains, prefill loses. (Written with the tile's row and
+passed (363). Not kept then: what causal gains, prefill loses. (Written with the tile's row and
 key group as expressions instead of variables, the same path took TileLang 7 minutes to
 lower, against ~45 s.)
+
+Unguarded blind tiles (session 18, probe ``.devrun/s18_unguarded.py``): the same path as a
+schedule flag (``unguarded``), used only where blind tiles abound. TileLang still adds its own
+bounds tests inside the unguarded branch, but fewer. Outputs were bitwise equal to the shipped
+schedule on four shapes (two with partial tiles on both axes). H200, same process, three
+interleaved rounds, CUDA-graph medians after a read flush, us, shipped first:
+
+=====================================  =======================  =======================
+shape (rows x keys, causal intervals)  spread (``BULK``)        spread + unguarded
+=====================================  =======================  =======================
+32768 x 8192 (a whole prompt)          354.8 / 355.0 / 355.3    349.5 / 350.2 / 349.2
+4096 x 32768 (the prefill shape)       230.6 / 230.3 / 230.5    231.5 / 231.4 / 232.0
+8192 x 4096 (a chunk after 8192 rows)  63.2 / 63.5 / 63.2       63.4 / 64.0 / 64.1
+30000 x 7500 (a whole prompt)          446.5 / 445.6 / 445.6    445.8 / 445.5 / 446.0
+=====================================  =======================  =======================
+
+So the launcher takes it only for the shape of a whole causal prompt, at least
+``CAUSAL_ROWS_PER_KEY`` (4) rows per key (:func:`default_schedule`): -1.5% there. The 30000 x
+7500 prompt gains nothing; its 30000-byte output rows (not a multiple of the 128-byte line) make
+it 26% slower than the larger 32768 x 8192 call with both schedules, which is not investigated
+further here.
 
 Stores: with ``tma_out`` (keys % 4 == 0, 16-byte aligned out) one bulk tensor (TMA) store
 per tile from a shared staging tile; otherwise (rows on M only) an XOR-swizzled staging
@@ -312,12 +333,16 @@ class Schedule(NamedTuple):
     # {rb, last - rb}, spread over their GEMM steps as plain vector stores (no shared memory),
     # instead of by CTAs that only stream -inf; those exit at once. See the module docstring.
     spread: bool = False
+    # Spread only: a blind tile wholly inside ``out`` is stored without the per-group bounds tests
+    # (one test per tile). For causal-shaped calls only (:func:`default_schedule`): the extra code
+    # costs calls without blind tiles ~2% (registers, code layout).
+    unguarded: bool = False
 
 
 # The overlapped schedule's epilogue refinements (boolean fields of Schedule).
 REFINEMENTS = ("full", "late_wait", "trim", "evict_first")
 # Launch-order and -inf distribution flags of Schedule (labels: -cmajor, -mirror, -spread).
-ORDERS = (("chunk_major", "cmajor"), ("mirror", "mirror"), ("spread", "spread"))
+ORDERS = (("chunk_major", "cmajor"), ("mirror", "mirror"), ("spread", "spread"), ("unguarded", "unguarded"))
 DEFAULT_SCHEDULE = Schedule(keys_on_m=True, overlap=True, full=True, late_wait=True, trim=True, evict_first=True)
 
 
@@ -336,6 +361,12 @@ def _tiles(tiles_per_cta: int) -> tuple[int, int, int, int]:
 # at 32, dense 239.9 vs 233.0 (one later run, two rounds), so 32 stays.
 BULK_TILES = _tiles(32)
 BULK_SCHEDULE = DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True, spread=True)
+# Whole causal prompts: with at least CAUSAL_ROWS_PER_KEY rows per key (4 tokens per compressed
+# key) the rows' positions span every key and about half of the tiles are blind; there the
+# unguarded -inf stores gain ~1.5%, while they cost calls with few blind tiles 0.5-2%
+# (module docstring, "Unguarded blind tiles").
+CAUSAL_ROWS_PER_KEY = 4
+CAUSAL_SCHEDULE = BULK_SCHEDULE._replace(unguarded=True)
 
 
 def default_tiles(tma_out: bool) -> tuple[int, int, int, int]:
@@ -343,9 +374,15 @@ def default_tiles(tma_out: bool) -> tuple[int, int, int, int]:
     return BULK_TILES if tma_out else DEFAULT_TILES
 
 
-def default_schedule(tma_out: bool) -> Schedule:
-    """Schedule the launcher uses with bulk stores (``tma_out``); plain stores take rows on M."""
-    return BULK_SCHEDULE if tma_out else Schedule()
+def default_schedule(tma_out: bool, rows: int = 0, keys: int = 0) -> Schedule:
+    """Schedule the launcher uses for ``rows`` query rows over ``keys`` keys (per request).
+
+    Bulk stores (``tma_out``): :data:`CAUSAL_SCHEDULE` when ``rows >= CAUSAL_ROWS_PER_KEY * keys
+    > 0`` (the shape of a whole causal prompt), else :data:`BULK_SCHEDULE`. Plain stores: rows on M.
+    """
+    if not tma_out:
+        return Schedule()
+    return CAUSAL_SCHEDULE if 0 < keys and CAUSAL_ROWS_PER_KEY * keys <= rows else BULK_SCHEDULE
 
 
 # Every (tiles, schedule) kept compilable and checked on the GPU; the benchmark times each.
@@ -369,6 +406,7 @@ VARIANTS: tuple[tuple[tuple[int, int, int, int], Schedule], ...] = (
     (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True)),
     (_tiles(32), DEFAULT_SCHEDULE._replace(chunk_major=True, mirror=True)),
     (BULK_TILES, BULK_SCHEDULE),
+    (BULK_TILES, CAUSAL_SCHEDULE),
     (_tiles(16), BULK_SCHEDULE),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(spread=True)),
     (DEFAULT_TILES, DEFAULT_SCHEDULE._replace(chunk_major=True)),
@@ -400,6 +438,7 @@ def score_kernel(
     chunk_major: bool = False,
     mirror: bool = False,
     spread: bool = False,
+    unguarded: bool = False,
 ) -> Any:
     """Build the score ``prim_func`` for one input dtype (``"bfloat16"`` or ``"float16"``).
 
@@ -424,6 +463,8 @@ def score_kernel(
         raise ValueError("mirror reorders the row blocks of the chunk-major grid (chunk_major=True)")
     if spread and not (overlap and threads >= 2 * block_rows):
         raise ValueError("spread needs the overlapped epilogue (overlap=True) and two threads per block row")
+    if unguarded and not spread:
+        raise ValueError("unguarded refines the spread -inf stores (spread=True)")
     policy = {"eviction_policy": "evict_first"} if evict_first else {}
     if keys_on_m and not (tma_out and block_rows == WG_ROWS):
         # 128 rows (two warpgroups on N) fails TileLang 0.1.15's layout inference.
@@ -537,6 +578,21 @@ def score_kernel(
                         out[bz, row0 + r, key0 + it * BM + c] = O_s[r, swz(r, c)]
 
     @T.macro
+    def blind_tile_stores(out4, bz, r0, key0, tx, guarded):
+        # -inf over the BN x BM tile at (r0, key0) as 16-byte stores; ``guarded`` tests each group's bounds.
+        for v in T.unroll(BN * BM // 4 // threads):
+            rr = T.truncdiv(v * threads + tx, BM // 4)
+            c4 = T.truncmod(v * threads + tx, BM // 4) * 4
+            if guarded:
+                # nk % 4 == 0 (bulk stores): a 4-key group is wholly inside or outside.
+                if r0 + rr < nq and key0 + c4 < nk:
+                    for e in T.vectorized(4):
+                        out4[bz, r0 + rr, T.truncdiv(key0 + c4, 4), e] = neg_inf()
+            else:
+                for e in T.vectorized(4):
+                    out4[bz, r0 + rr, T.truncdiv(key0 + c4, 4), e] = neg_inf()
+
+    @T.macro
     def spread_blind(out4, bz, sp, step, n, tx):
         # This CTA's share of the pair's -inf tiles for GEMM step ``step`` of ``n``: 16-byte
         # stores from registers, issued while the step's wgmma runs. Pair tile b is tile
@@ -552,13 +608,17 @@ def score_kernel(
             chunk = T.if_then_else(j < clo, j, j + T.if_then_else(first, sp[SP_SEEN_A], sp[SP_SEEN_B]))
             r0 = T.if_then_else(first, sp[SP_RB_A], sp[SP_RB_B]) * BN
             key0 = (chunk * TPC + T.truncmod(b0 + b, TPC)) * BM
-            for v in T.unroll(BN * BM // 4 // threads):
-                rr = T.truncdiv(v * threads + tx, BM // 4)
-                c4 = T.truncmod(v * threads + tx, BM // 4) * 4
-                # nk % 4 == 0 (bulk stores): a 4-key group is wholly inside or outside.
-                if r0 + rr < nq and key0 + c4 < nk:
-                    for e in T.vectorized(4):
-                        out4[bz, r0 + rr, T.truncdiv(key0 + c4, 4), e] = neg_inf()
+            if unguarded:
+                # Variables, not expressions: with the expressions inlined into both branches
+                # TileLang took ~7 minutes to lower the kernel.
+                r0v = T.alloc_var("int32", init=r0)
+                key0v = T.alloc_var("int32", init=key0)
+                if r0v + BN <= nq and key0v + BM <= nk:
+                    blind_tile_stores(out4, bz, r0v, key0v, tx, False)
+                else:
+                    blind_tile_stores(out4, bz, r0v, key0v, tx, True)
+            else:
+                blind_tile_stores(out4, bz, r0, key0, tx, True)
 
     @T.macro
     def epilogue(total, O_s, lo_s, hi_s, out, bz, row0, tile, lo, hi, flo, fhi, scale, issue_only, ctx, tile0, n, tx):
