@@ -26,7 +26,7 @@ fi
 if [[ $steps == *sanitizer* ]]; then
   echo "=== compute-sanitizer memcheck subset"
   : > "$out/sanitizer.txt"
-  for sel in "$mqa::test_decode_matches_reference[8-bf16] $mqa::test_decode_unaligned_cache_element_path[dtype0-8] $mqa::test_prefill_matches_reference[5-3-ragged-bf16] $mqa::test_prefill_matches_reference[200-1000-ragged-bf16] $mqa::test_decode_broadcast_and_4d_query $mqa::test_indexer_score_matches_reference[2-100-9-False-True-bf16] $mqa::test_indexer_score_matches_reference[2-300-4400-True-True-bf16] $mqa::test_score_variants_match_reference[bf16-keys-overlap-full-latewait-trim-evictfirst-cmajor-mirror-spread-tpc32-950-5000-stretch]" \
+  for sel in "$mqa::test_decode_matches_reference[8-bf16] $mqa::test_decode_unaligned_cache_element_path[dtype0-8] $mqa::test_prefill_matches_reference[5-3-ragged-bf16] $mqa::test_prefill_matches_reference[200-1000-ragged-bf16] $mqa::test_decode_broadcast_and_4d_query $mqa::test_indexer_score_matches_reference[2-100-9-False-True-bf16] $mqa::test_indexer_score_matches_reference[2-300-4400-True-True-bf16] $mqa::test_score_variants_match_reference[bf16-keys-overlap-full-latewait-trim-evictfirst-cmajor-mirror-spread-tpc32-950-5000-stretch] $mqa::test_prefill_matches_reference[2100-520-causal-bf16] $mqa::test_indexer_score_matches_reference[2-600-148-True-True-bf16]" \
              "$sparse $paths -k memcheck" "$union -k memcheck"; do
     # No precompile here: its 16 worker processes would each run under the sanitizer and use up the
     # timeout; these few tests build their kernels on first use (cached by the tests step).
