@@ -63,6 +63,46 @@ case            splits     shipped     fused merge  (a)          (b)
 * In one CTA, the merge walks the splits in turn, one L2 round trip each: +45 us at 32 splits.
 * The extra shared memory and code cost the 32- and 64-row cases 8-20 us even without merging
   (b).
+
+Not kept either (H200, session 19, patch ``.devrun/s19_cta.diff``, probes ``.devrun/s19_cta.py`` and
+``.devrun/s19_ncu.py``): no merge kernel, the four splits of a (row, KV head) side by side in one
+CTA of 512 threads. Each 128-thread range ran the paged kernel's split loop with its own K/V
+buffers, slot offsets and softmax state; the lazy max voted on a named barrier of its own
+(``bar.red.or``), and the row reductions went through shared memory, because TileLang's
+cross-warp reduction synchronizes on CTA-wide named barriers 1 and 2, which ranges reducing at
+the same time would share. At the end the ranges merged through shared memory (one common max,
+then two hand-over rounds) and the first range applied the gate and wrote ``out``/``lse``.
+Decode 64 x 1 then runs 128 CTAs, one per SM, with the same 16 warps per SM as the shipped
+four CTAs. Outputs agreed with the shipped path (rel. L2 <= 2.6e-3, LSE within 1e-6) and
+were bitwise repeatable. It was much slower (same process, three rounds, CUDA-graph medians
+after a read flush, us; ``z`` CTAs per (row, KV head), each of four splits, merged by this kernel
+when ``z > 1``):
+
+=============  ==============================  ====================
+case           side by side                    shipped
+=============  ==============================  ====================
+64 x 1         190.4-190.9 (z 1), 212 (z 2)    80.9-81.3 (4 splits)
+32 x 1         109.3-109.5 (z 2)               49.8-50.1 (7)
+16 x 1         71.9-72.1 (z 4), 79.7 (z 3)     36.2-36.4 (13)
+8 x 1          51.1-51.4 (z 6)                 26.1-26.2 (25)
+1 x 1          32.5-32.9 (z 32), 47.2 (z 8)    19.7-20.6 (32)
+=============  ==============================  ====================
+
+Nsight Compute on decode 64 x 1 (one call after warm-up, ``--clock-control none``): the paged
+kernel took 191 us against 74.6 us shipped (the shipped merge kernel 7.5 us; Nsight Compute
+runs each kernel alone, after flushing the caches), with 35.4 cycles between a warp's
+instructions against 14.2: barrier stalls 14.9 against 2.2, long-scoreboard 11.7 against 2.9,
+no-instruction 2.4 against 0.7, for 18.1 M instructions against 17.1 M. TileLang 0.1.15 lays
+out a tile per constant thread range, so the kernel holds one copy of the split's code per
+range (439 KB of SASS against 164 KB), and the ranges stall on their own barriers far more than
+separate CTAs do; why is not established.
+Two TileLang behaviours had to be worked around first, worth knowing for any kernel with
+thread ranges that run at the same time: it reuses a shared buffer once the program order says
+it is dead (the four ranges' K tiles shared one address until ``tl.disable_shared_memory_reuse``),
+and a barrier it needs directly inside a range's branch is hoisted out of the branch as
+``__syncthreads()``, which ranges that wait for each other never all reach (a build with one
+such barrier did not finish its probe within 300 s; an explicit named barrier at that point
+keeps TileLang's inside the branch).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
