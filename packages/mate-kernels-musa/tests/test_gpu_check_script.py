@@ -36,9 +36,14 @@ def test_memcheck_loop_is_parsed() -> None:
     assert all(any(arg.startswith("packages/") for arg in sel) for sel in sels)
 
 
-@pytest.mark.parametrize("index", range(3))
-def test_memcheck_selection_collects_tests(index: int) -> None:
-    sel = memcheck_selections()[index]
+def _label(sel: list[str]) -> str:
+    """The test files a selection runs, e.g. ``test_sparse_native+test_sparse_native_paths``."""
+    files = dict.fromkeys(Path(arg.split("::")[0]).stem for arg in sel if arg.startswith("packages/"))
+    return "+".join(files)
+
+
+@pytest.mark.parametrize("sel", memcheck_selections(), ids=_label)
+def test_memcheck_selection_collects_tests(sel: list[str]) -> None:
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "gpu", *sel]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = res.stdout + res.stderr
