@@ -103,6 +103,34 @@ and a barrier it needs directly inside a range's branch is hoisted out of the br
 ``__syncthreads()``, which ranges that wait for each other never all reach (a build with one
 such barrier did not finish its probe within 300 s; an explicit named barrier at that point
 keeps TileLang's inside the branch).
+
+What the merge kernel costs, and the last split merging again (H200, session 20, probes
+``.devrun/s20_mkprobe.py`` and ``.devrun/s20_fmprobe.py``, same process, three rounds, CUDA-graph
+medians after a read flush, us). Merge kernel bodies on decode 64 x 1 (4 splits) and 8 x 1 (25):
+
+==========================================  ==================  ==================
+merge kernel                                64 x 1              8 x 1
+==========================================  ==================  ==================
+shipped                                     81.1 / 81.4 / 81.6  25.8 / 25.8 / 26.0
+grid-dependency wait and LSE max only       78.6 / 78.6 / 78.9  22.5 / 22.8 / 22.4
+grid-dependency wait only                   77.8 / 78.1 / 77.8  21.4 / 21.4 / 21.4
+not launched (paged kernel alone)           76.4 / 76.3 / 75.8  20.7 / 20.8 / 20.7
+==========================================  ==================  ==================
+
+So of its ~5 us on 64 x 1, ~1.7 are the second grid (its launch and the wait for the paged
+grid), ~0.8 the LSE round trip and ~2.6 the weighted sum of the 6.3 MB of FP32 partials.
+The last split merging was rebuilt without any extra shared memory (the session-10 build lost
+a CTA per SM to it): the paged kernel's epilogue publishes its partial (``__threadfence``, then
+an atomic add on a per-(row, KV head) counter that the merging CTA resets to 0), and the split
+that sees ``splits - 1`` merges the partials from L2 in registers (128 registers, no spills,
+results bitwise equal to the merge kernel's). Counter and fence alone, with no merge at all,
+took 78.1-78.8 against 81.2-81.8 shipped (~2 us over the paged kernel alone); with the merge,
+106.9-107.0 (104.7-104.8 without the fences, 106.2-107.0 with an ``acq_rel`` atomic instead):
+the merging CTAs run while the other CTAs still saturate the memory system, so each of their
+five or six dependent round trips (counter, LSEs, partials, gate) waits behind the gathers, and
+the gate loads of that build, sitting between stores to ``out`` that may alias them, issued one
+at a time (95 us without gate and LSE). The merge kernel waits until the gathers are over and
+then costs ~5 us; no in-kernel merge measured so far costs less.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
