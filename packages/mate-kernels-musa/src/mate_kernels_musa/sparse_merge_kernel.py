@@ -131,6 +131,14 @@ five or six dependent round trips (counter, LSEs, partials, gate) waits behind t
 the gate loads of that build, sitting between stores to ``out`` that may alias them, issued one
 at a time (95 us without gate and LSE). The merge kernel waits until the gathers are over and
 then costs ~5 us; no in-kernel merge measured so far costs less.
+
+Not kept either (session 20, probe ``.devrun/s20_bprobe.py``): the partial outputs stored in the
+input dtype (the spec allows it; the merge still accumulates in FP32), halving the partial
+traffic. Against the FP32 reference the decode outputs went from rel. L2 2.4-2.6e-3 to
+3.1-3.2e-3, LSE unchanged. Same process, three rounds, us, FP32 partials first: 64 x 1 81.2 /
+81.4 / 81.5 against 81.9 / 81.7 / 82.0; 32 x 1 49.6-49.8 against 50.2-50.4; 16 x 1 36.5-36.9
+against 35.8-35.9; 8 x 1 26.4-26.6 against 26.1-26.3; 1 x 1 20.6-20.9 against 20.9-21.0. The
+partials' volume is not what the merge kernel's ~2.6 us after its LSE read are spent on.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
