@@ -139,6 +139,17 @@ traffic. Against the FP32 reference the decode outputs went from rel. L2 2.4-2.6
 81.4 / 81.5 against 81.9 / 81.7 / 82.0; 32 x 1 49.6-49.8 against 50.2-50.4; 16 x 1 36.5-36.9
 against 35.8-35.9; 8 x 1 26.4-26.6 against 26.1-26.3; 1 x 1 20.6-20.9 against 20.9-21.0. The
 partials' volume is not what the merge kernel's ~2.6 us after its LSE read are spent on.
+
+Not kept either (session 20, patch ``.devrun/s20_fast.py``, probe ``.devrun/s20_fastprobe.py``): for
+up to 8 splits, every thread loading all the LSEs (broadcast) and its features of every split at
+once, one round trip after the wait with no shared memory and no barrier (results bitwise equal,
+same order of terms). Same process, three rounds, us, shipped first: 64 x 1 80.9-81.2 against
+81.5-81.7; 32 x 1 49.6-49.7 against 49.6; 16 x 1 at 8 splits 33.8-33.9 against 34.1-34.3; 64 x 1
+at 2 splits 84.7-84.8 against 84.8; 64 x 4 at 2 splits 282.2-282.6 against 280.0-280.3; 64 x 1
+without gate and LSE 81.0-81.2 against 80.5-80.7; 8 x 1 (25 splits, the general path in the
+larger kernel) 25.4-25.7 against 26.2-26.5. The round trips after the wait are not where the
+merge kernel's time goes either; where it does (its CTAs' placement as the paged CTAs leave, the
+grid's completion) would need a timeline of both grids.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
