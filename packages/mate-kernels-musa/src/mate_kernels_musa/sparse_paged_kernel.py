@@ -184,8 +184,9 @@ uniform prefill, default   3429 / 3262 / 3286       3352 / 3477 / 3481
 90% overlap, default       1660 / 1645 / 1623       1674 / 1659 / 1636
 =========================  =======================  =======================
 
-Masking follows ``semantics.md``. The row's request and last usable token id
-``lim`` are resolved on the device (:mod:`._sparse_macros`); slot ``t`` is used
+Masking follows the public semantics (the ``mate.qsa_sparse_attention`` docstring). The
+row's request and last usable token id ``lim`` are resolved on the device
+(:mod:`._sparse_macros`); slot ``t`` is used
 iff ``0 <= t <= lim`` and its page ``block_table[req, t // page_size]`` is in
 ``[0, pages)``. The physical path (``selected_kv_indices``) is the ``PHYSICAL`` row
 mode over one page of ``N`` slots: ``lim = N - 1``, page 0 of a 1 x 1 zero table, so
