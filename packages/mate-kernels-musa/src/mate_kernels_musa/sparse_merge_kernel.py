@@ -117,8 +117,9 @@ grid-dependency wait only                   77.8 / 78.1 / 77.8  21.4 / 21.4 / 21
 not launched (paged kernel alone)           76.4 / 76.3 / 75.8  20.7 / 20.8 / 20.7
 ==========================================  ==================  ==================
 
-So of its ~5 us on 64 x 1, ~1.7 are the second grid (its launch and the wait for the paged
-grid), ~0.8 the LSE round trip and ~2.6 the weighted sum of the 6.3 MB of FP32 partials.
+So of its ~5 us on 64 x 1 (medians), ~1.5 are the second grid (its launch and the wait for the
+paged grid), ~0.8 the LSE round trip and ~2.8 the rest (the weighted sum of the 6.3 MB of FP32
+partials, the stores).
 The last split merging was rebuilt without any extra shared memory (the session-10 build lost
 a CTA per SM to it): the paged kernel's epilogue publishes its partial (``__threadfence``, then
 an atomic add on a per-(row, KV head) counter that the merging CTA resets to 0), and the split
@@ -138,7 +139,7 @@ traffic. Against the FP32 reference the decode outputs went from rel. L2 2.4-2.6
 3.1-3.2e-3, LSE unchanged. Same process, three rounds, us, FP32 partials first: 64 x 1 81.2 /
 81.4 / 81.5 against 81.9 / 81.7 / 82.0; 32 x 1 49.6-49.8 against 50.2-50.4; 16 x 1 36.5-36.9
 against 35.8-35.9; 8 x 1 26.4-26.6 against 26.1-26.3; 1 x 1 20.6-20.9 against 20.9-21.0. The
-partials' volume is not what the merge kernel's ~2.6 us after its LSE read are spent on.
+partials' volume is not what the merge kernel's ~2.8 us after its LSE read are spent on.
 
 Not kept either (session 20, patch ``.devrun/s20_fast.py``, probe ``.devrun/s20_fastprobe.py``): for
 up to 8 splits, every thread loading all the LSEs (broadcast) and its features of every split at
@@ -148,8 +149,9 @@ same order of terms). Same process, three rounds, us, shipped first: 64 x 1 80.9
 at 2 splits 84.7-84.8 against 84.8; 64 x 4 at 2 splits 282.2-282.6 against 280.0-280.3; 64 x 1
 without gate and LSE 81.0-81.2 against 80.5-80.7; 8 x 1 (25 splits, the general path in the
 larger kernel) 25.4-25.7 against 26.2-26.5. The round trips after the wait are not where the
-merge kernel's time goes either; where it does (its CTAs' placement as the paged CTAs leave, the
-grid's completion) would need a timeline of both grids.
+merge kernel's time goes either. A CUPTI timeline (``docs/performance-notes.md``) shows the merge
+grid ending 5.4 us after the paged grid, but not what inside those 5.4 us waits (its CTAs'
+placement as the paged CTAs leave, the grid's completion).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
