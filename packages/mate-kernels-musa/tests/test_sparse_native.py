@@ -6,12 +6,14 @@ selections of 1..2051 slots with -1 padding, duplicates, future ids and ids past
 off / per head / elementwise in FP32 and the data dtype, LSE off / returned / buffer,
 ``num_splits`` None/1/2/7/64, strided ``out`` views, peaked softmax (scaled queries). Outputs are poisoned with NaN
 before the call and must be fully overwritten. Also: group sizes 3/4/16, FP16, padded
-K/V, CUDA-graph replay with new metadata, bitwise determinism.
+K/V, rows outside ``cu_seqlens_q``, CUDA-graph replay with new metadata, bitwise determinism.
 
 ``-k memcheck`` selects the small subset meant for ``compute-sanitizer --tool memcheck``.
 """
 
 from __future__ import annotations
+
+import math
 
 import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
@@ -73,6 +75,26 @@ def test_many_requests_with_empty_ones(n_req: int, gen: torch.Generator) -> None
     for query_kind in ("cu", "t2r"):
         _run_case(cases.random_case(gen, max_rows=2 * n_req, max_width=64, n_req=n_req, empty_requests=True,
                                     query_kind=query_kind))  # fmt: skip
+
+
+@pytest.mark.parametrize("num_splits", [None, 1, 7])
+def test_rows_outside_cu_seqlens_are_padded(num_splits, gen: torch.Generator) -> None:
+    """Request ``b`` owns rows ``cu[b]:cu[b+1]``: rows before ``cu[0]`` and from ``cu[R]`` on belong
+    to no request and come out as padded rows (zeros, LSE -inf), whatever their ids select."""
+    case = cases.random_case(gen, max_rows=40, max_width=300, query_kind="cu", num_splits=num_splits, lse="return")
+    case.kwargs.pop("out", None)
+    case.out_base = None
+    kw, lead, trail = case.kwargs, 3, 2
+    for name in ("query", "token_indices", "gate", "query_positions"):
+        if name in kw:  # the extra rows repeat real rows' data, so only the row rule can zero them
+            t = kw[name]
+            kw[name] = torch.cat([t[:1].expand(lead, *t.shape[1:]), t, t[-1:].expand(trail, *t.shape[1:])])
+    kw["cu_seqlens_q"] = kw["cu_seqlens_q"] + lead
+    case.notes.update(lead=lead, trail=trail)
+    native = _run_case(case)
+    for rows in (slice(0, lead), slice(-trail, None)):
+        assert torch.equal(native.out_result[rows], torch.zeros_like(native.out_result[rows]))
+        assert bool((native.lse[rows] == -math.inf).all())
 
 
 @pytest.mark.parametrize("query_kind", ["cu", "padded"])

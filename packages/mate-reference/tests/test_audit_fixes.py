@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mate_core import MateTypeError, MateValueError
-from mate_reference import expand_blocks, qsa_indexer_mqa_score, topk_blocks
+from mate_reference import expand_blocks, qsa_indexer_mqa_score, qsa_sparse_attention, topk_blocks
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
@@ -176,6 +176,28 @@ def test_indexer_token_to_req_local_index_ignores_padded_rows(gen):
     # local index = row - first row of the request: request 1 rows 1, 2 -> 0, 1; request 0 rows 4..6 -> 0..2
     visible = ~torch.isneginf(got)
     assert visible.sum(-1).tolist() == [0, 1, 2, 0, 1, 2, 3, 0]
+
+
+def test_rows_outside_cu_seqlens_are_padded(gen):
+    # Request b owns rows cu[b]:cu[b+1]; rows before cu[0] or from cu[R] on belong to no request.
+    # The indexer scores them -inf; sparse attention gives zeros and LSE -inf. The extra rows
+    # copy a real row's data, so only the row rule can tell them apart.
+    q, k = torch.randn(5, 2, 8, generator=gen), torch.randn(2, 3, 8, generator=gen)
+    q = torch.cat([q[:1], q[:1], q, q[-1:]])  # rows 0-1 before cu[0] = 2, row 7 at cu[R] = 7
+    got = qsa_indexer_mqa_score(q, k, cu_seqlens_q=torch.tensor([2, 4, 7]), block_size=1)
+    assert torch.isneginf(got[[0, 1, 7]]).all() and torch.isfinite(got[2:7]).any()
+    unshifted = qsa_indexer_mqa_score(q[2:7], k, cu_seqlens_q=torch.tensor([0, 2, 5]), block_size=1)
+    assert torch.equal(got[2:7], unshifted)
+
+    query = torch.randn(5, 4, 16, generator=gen)
+    query = torch.cat([query[:1], query[:1], query, query[-1:]])
+    key, value = torch.randn(2, 8, 2, 16, generator=gen), torch.randn(2, 8, 2, 16, generator=gen)
+    ids = torch.randint(0, 8, (8, 5), generator=gen)
+    kw = {"key": key, "value": value, "return_lse": True}
+    out, lse = qsa_sparse_attention(query, token_indices=ids, cu_seqlens_q=torch.tensor([2, 4, 7]), **kw)
+    assert torch.equal(out[[0, 1, 7]], torch.zeros_like(out[[0, 1, 7]])) and torch.isneginf(lse[[0, 1, 7]]).all()
+    want, want_lse = qsa_sparse_attention(query[2:7], token_indices=ids[2:7], cu_seqlens_q=torch.tensor([0, 2, 5]), **kw)
+    assert torch.equal(out[2:7], want) and torch.equal(lse[2:7], want_lse) and torch.isfinite(want_lse).any()
 
 
 # --------------------------------------------------------------------------- F9: messages

@@ -62,7 +62,9 @@ def qsa_indexer_mqa_score(
     page_size : int, optional
         Must equal ``block_keys.shape[1]`` when given; requires ``block_table``.
     cu_seqlens_q : torch.Tensor, optional
-        int32/int64 ``[R + 1]`` cumulative query rows per request (varlen only).
+        int32/int64 ``[R + 1]`` cumulative query rows per request (varlen only): request ``b``
+        owns rows ``cu[b]:cu[b+1]``; rows before ``cu[0]`` or from ``cu[R]`` on are padded rows,
+        which score ``-inf``.
     token_to_req : torch.Tensor, optional
         int32/int64 ``[total_q]`` request id of each row (varlen only; ids outside
         ``[0, R)`` mark padded rows, which score ``-inf``); needs ``num_requests``.

@@ -81,7 +81,9 @@ def qsa_sparse_attention(
         four-token blocks behind ``token_indices`` (a hint; ``T == 4 * NB + 3``,
         ``1 <= NB <= 512``).
     cu_seqlens_q : torch.Tensor, optional
-        int32 (reference: int32/int64) ``[R + 1]`` cumulative query rows (flattened query).
+        int32 (reference: int32/int64) ``[R + 1]`` cumulative query rows (flattened query):
+        request ``b`` owns rows ``cu[b]:cu[b+1]``; rows before ``cu[0]`` or from ``cu[R]`` on
+        are padded rows.
     token_to_req : torch.Tensor, optional
         int32 (reference: int32/int64) ``[total_q]`` request id per row (ids outside
         ``[0, R)`` mark padded rows); needs ``num_requests``.
