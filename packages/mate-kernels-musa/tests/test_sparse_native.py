@@ -77,11 +77,22 @@ def test_many_requests_with_empty_ones(n_req: int, gen: torch.Generator) -> None
                                     query_kind=query_kind))  # fmt: skip
 
 
-@pytest.mark.parametrize("num_splits", [None, 1, 7])
-def test_rows_outside_cu_seqlens_are_padded(num_splits, gen: torch.Generator) -> None:
+@pytest.mark.parametrize("schedule", ["decode", "one split", "7 splits", "prefill union"])
+def test_rows_outside_cu_seqlens_are_padded(schedule: str, gen: torch.Generator, monkeypatch) -> None:
     """Request ``b`` owns rows ``cu[b]:cu[b+1]``: rows before ``cu[0]`` and from ``cu[R]`` on belong
-    to no request and come out as padded rows (zeros, LSE -inf), whatever their ids select."""
-    case = cases.random_case(gen, max_rows=40, max_width=300, query_kind="cu", num_splits=num_splits, lse="return")
+    to no request and come out as padded rows (zeros, LSE -inf), whatever their ids select; in
+    the decode schedule, one split, seven splits, and a prefill whose first row group (three
+    such rows and a real one, all selecting the same ids) takes the union kernel."""
+    from mate_kernels_musa import sparse_launch
+    from mate_kernels_musa.sparse_union import prepare_union
+
+    if schedule == "prefill union":
+        monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
+        case = cases.random_case(gen, max_rows=400, max_width=300, query_kind="cu", num_splits=None, lse="return",
+                                 row_counts=[150, 160], canonical=True)  # fmt: skip
+    else:
+        splits = {"decode": None, "one split": 1, "7 splits": 7}[schedule]
+        case = cases.random_case(gen, max_rows=40, max_width=300, query_kind="cu", num_splits=splits, lse="return")
     case.kwargs.pop("out", None)
     case.out_base = None
     kw, lead, trail = case.kwargs, 3, 2
@@ -95,6 +106,10 @@ def test_rows_outside_cu_seqlens_are_padded(num_splits, gen: torch.Generator) ->
     for rows in (slice(0, lead), slice(-trail, None)):
         assert torch.equal(native.out_result[rows], torch.zeros_like(native.out_result[rows]))
         assert bool((native.lse[rows] == -math.inf).all())
+    if schedule == "prefill union":
+        assert sparse_launch.schedule_for(native).union_rows == 4
+        _, nu, _ = prepare_union(native, 4, "fused")
+        assert int(nu[0]) <= sparse_launch.UNION_MAX_FILL * 4 * kw["token_indices"].shape[-1], nu[:4]
 
 
 @pytest.mark.parametrize("query_kind", ["cu", "padded"])
