@@ -67,7 +67,9 @@ def qsa_indexer_mqa_score(
         which score ``-inf``.
     token_to_req : torch.Tensor, optional
         int32/int64 ``[total_q]`` request id of each row (varlen only; ids outside
-        ``[0, R)`` mark padded rows, which score ``-inf``); needs ``num_requests``.
+        ``[0, R)`` mark padded rows, which score ``-inf``); needs ``num_requests``. A
+        request's rows must be contiguous: a row's request-local index is its distance from
+        the request's first row (padded rows between requests are fine).
     num_requests : int, optional
         Number of requests ``R`` (>= 0); required with ``token_to_req``. Otherwise
         ``None`` or, with padded queries, ``B``; with ``cu_seqlens_q``, ``len(cu_seqlens_q) - 1``.

@@ -86,7 +86,9 @@ def qsa_sparse_attention(
         are padded rows.
     token_to_req : torch.Tensor, optional
         int32 (reference: int32/int64) ``[total_q]`` request id per row (ids outside
-        ``[0, R)`` mark padded rows); needs ``num_requests``.
+        ``[0, R)`` mark padded rows); needs ``num_requests``. A request's rows must be
+        contiguous: a row's request-local index is its distance from the request's first row
+        (padded rows between requests are fine).
     num_requests : int, optional
         ``R`` (>= 0); required with ``token_to_req``. Otherwise ``None`` or, with
         ``cu_seqlens_q``, ``len(cu_seqlens_q) - 1``; with a padded query, ``B``.
