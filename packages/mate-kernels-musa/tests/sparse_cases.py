@@ -49,6 +49,12 @@ class Case:
             moved[name] = base.as_strided(v.shape, v.stride(), v.storage_offset())
         return Case(moved, bases.pop("out", None), dict(self.notes), bases)
 
+    def drop_out_view(self) -> Case:
+        """Let the call allocate ``out`` (no caller view, no storage around it to check); returns self."""
+        self.kwargs.pop("out", None)
+        self.out_base = None
+        return self
+
 
 def _pick(gen: torch.Generator, options: Any) -> Any:
     return options[int(torch.randint(len(options), (1,), generator=gen))]

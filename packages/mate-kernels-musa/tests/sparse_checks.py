@@ -99,8 +99,7 @@ def run_case(case):
 def graph_case(gen, query_kind, **kwargs):
     """A small case for the CUDA-graph tests, on the GPU: no ``out`` view, LSE returned."""
     case = cases.random_case(gen, max_rows=40, max_width=260, query_kind=query_kind, **kwargs)
-    case.kwargs.pop("out", None)
-    case.out_base = None
+    case.drop_out_view()
     case.kwargs["return_lse"] = True
     return case.to("cuda")
 
