@@ -320,6 +320,21 @@ def test_bitwise_deterministic(gen: torch.Generator) -> None:
     checks.assert_rerun_bitwise(native, sparse_attention_union)
 
 
+@pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
+def test_per_head_gate_matches_its_expansion(gate_dtype: torch.dtype, gen: torch.Generator) -> None:
+    """A per-head gate ``[rows, Hq]`` (the finalize kernel loads it once per (row, head)) and the same
+    values expanded to ``[rows, Hq, D]`` (loaded per feature) give the same bits, out and LSE."""
+    case = cases.random_case(gen, max_rows=64, max_width=300, query_kind="cu", lse="return")
+    q = case.kwargs["query"]
+    head_gate = (2 * torch.randn(q.shape[:-1], generator=gen)).to(gate_dtype)
+    case.kwargs["gate"] = head_gate
+    per_head = _run(case, 4)
+    case.kwargs["gate"] = head_gate.unsqueeze(-1).expand(q.shape).contiguous()
+    per_elem = _run(case, 4)
+    assert torch.equal(per_head.out_result, per_elem.out_result)
+    assert torch.equal(per_head.lse, per_elem.lse)
+
+
 @pytest.mark.parametrize("index", range(4))
 def test_memcheck_invalid_pages(index: int, gen: torch.Generator) -> None:
     """Small cases with -1 / out-of-range pages and ids past the cache (run under memcheck)."""

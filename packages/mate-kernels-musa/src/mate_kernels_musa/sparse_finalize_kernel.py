@@ -34,6 +34,22 @@ every group left to the paged kernel (uniform selections) 21.4 (x3) against 27.4
 27.5, where the loads read 100 MB of partials nobody wrote. End to end, same process: uniform
 prefill 2746 / 2776 / 2829 against 2819 / 2787 / 2822, 90% overlap and the mixed batch
 unchanged (1642-1663 against 1639-1644, 1353-1423 against 1353-1356); outputs bitwise equal.
+
+Gate loads (session 21): the loop used to load, transform and store one feature at a time, so
+with a per-head gate (the launcher's ``[rows, Hq]`` gate expanded along D, stride 0) each lane
+loaded one address and computed one sigmoid eight times, between its stores. Now every gate load
+comes before the first store, and a per-head gate is one load and one sigmoid per lane. Which of
+the two changes carries the gain was not measured apart (the benchmark's gate is per head).
+Kernel timeline (CUPTI through ``torch.profiler``, 10 graph replays after a read flush, medians,
+probe ``.devrun/s21_tl.py``, us): 90%-overlap prefill 81.3 -> 43.4, the mixed batch 43.1 -> 24.5;
+whole calls 1642.5 -> 1608.2 and 1353.0 -> 1336.2 (two leases of one session; outputs bitwise
+equal to a variant with 16-byte stores, below). Not kept (``.devrun/s21_fin.py``,
+``.devrun/s21_fthreads.py``, same process, three rounds, whole calls, us): lanes owning 8
+consecutive features with one 16-byte store each (``out`` as 16-byte rows where its layout
+allows), 1606-1608 against 1608-1610 (overlap), 1327-1329 against 1328-1329 (mixed), uniform
+unchanged: the stores were not what cost; 512 or 1024 threads per CTA (4x fewer CTAs where
+nothing is finalized), overlap 1605-1607 / 1609-1611 against 1602-1607, uniform 2721-2727 /
+2713-2720 against 2713-2720.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -102,6 +118,7 @@ def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
             r = T.alloc_var("int32", init=pair // hq)
             h = T.alloc_var("int32", init=pair % hq)
             o = T.alloc_local([V], acc)
+            gate = T.alloc_local([V], acc)
             # The partials are read only for rows the union kernel wrote: rows it left to the
             # paged kernel (every row, on uniform selections) cost one NU load, not 4 KB each.
             take = T.alloc_var("int32", init=T.if_then_else(NU[T.min(r // u_rows, n_grp - 1)] <= max_nu, 1, 0))
@@ -109,11 +126,20 @@ def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
                 lse = T.alloc_var(acc, init=LP[0, r, h])
                 for i in T.unroll(V):
                     o[i] = OP[0, r, h, i * LANES + lane]
+                # Every gate load before the first store; a per-head gate (expanded along D: stride 0)
+                # is one load and one sigmoid, not one per feature (81 -> 43 us on 4096 prefill rows).
                 for i in T.unroll(V):
-                    gate = T.alloc_var(acc, init=1)
-                    if has_gate != 0:
-                        gate = sigmoid_gate(GATE[r, h, i * LANES + lane])
-                    OUT[r, h, i * LANES + lane] = T.cast(T.if_then_else(lse > -T.infinity(acc), o[i] * gate, 0), dtype)
+                    gate[i] = 1
+                if has_gate != 0:
+                    if sg[2] == 0:
+                        g0 = T.alloc_var(acc, init=sigmoid_gate(GATE[r, h, 0]))
+                        for i in T.unroll(V):
+                            gate[i] = g0
+                    else:
+                        for i in T.unroll(V):
+                            gate[i] = sigmoid_gate(GATE[r, h, i * LANES + lane])
+                for i in T.unroll(V):
+                    OUT[r, h, i * LANES + lane] = T.cast(T.if_then_else(lse > -T.infinity(acc), o[i] * gate[i], 0), dtype)
                 if has_lse != 0 and lane == 0:
                     LSE[r, h] = lse
 
