@@ -29,6 +29,13 @@ their results are never stored), so their loads issue together.
   against 91.1 / 91.0; 1 x 1 (32 splits) 21.1 / 20.9 against 27.9 / 28.2; 64 x 4 271.4 /
   271.9 against 278.8 / 279.5; 90%-overlap prefill 2941 / 2938 against 3031 / 3031;
   uniform prefill 3425 / 3436 against 3409 / 3456.
+* A per-head gate branch (session 21, not kept): where the gate's feature stride is 0 (the
+  launcher's expanded ``[rows, Hq]`` gate), one load and one ``exp`` per row into a scratch
+  ``[H]`` fragment, then the same division (bitwise equal to the expanded gate). What the gate
+  costs as shipped (probe ``.devrun/s21_gate.py``, same process, three rounds, us; per-head /
+  none / per-element gate): decode 64 x 4 265.2-265.8 / 262.8-263.4 / 268.2-269.0, uniform
+  prefill 2702-2720 / 2667-2677 / 2726-2730. With the branch (another lease): 272.2-274.0 /
+  264.2-265.5 / 276.9-277.5 and 2769-2787 / 2645 / 2842-2848, so both gate paths slower.
 
 Early Q loads (H200, session 9, same process, three interleaved rounds, us; not kept): the
 eager path loading each thread's 32 Q elements into registers first (before the token ids)

@@ -169,6 +169,11 @@ Ways of cutting that work, all measured or tried in the same session:
   89.6 / 89.7, N64 98.8 / 98.9, W4_C32 105.0 / 105.1; decode 64 x 4 266.8 / 267.1 against
   281.6, 293.5, 352.4; uniform prefill 3276 / 3079 against 3767 / 3789, 3278 / 3308,
   3261 / 3238; 90%-overlap prefill 2547 / 2538 against 3421, 3149, 2857 / 2852.
+  Session 21 (probe ``.devrun/s21_w8.py``, paged kernel alone on sorted ids, same process,
+  three rounds, us): 8 warps on a 16 x 64 tile (256 threads, two CTAs and so the same 16 warps
+  per SM, half the barriers per slot; 128 registers, no spills; outputs within 2.3e-3 of W4's)
+  took 2944-2945 against W4's 2579-2582 on uniform blocks and 2926-2927 against 2529-2530 with
+  90% overlap.
 * A two-stage gather pipeline, or 16-slot blocks that would let two stages fit at 4 CTAs
   per SM, does not compile with TileLang 0.1.15:
 
@@ -312,7 +317,11 @@ from its floor. With W4, 1 x 1 takes 27.0 us, 8 x 1 35.8, 16 x 1 47.3, 32 x 1 66
 the rule's split counts. With 3 target waves and 64 slots per split the rule picks 32 splits
 for 1 x 1 (was 8: 39 us), 25 for 8 x 1, 13 for 16 x 1, 7 for 32 x 1, 4 for 64 x 1 (was 3:
 102-110 us), 1 for 64 x 4 (work 512 < 4 * 132) and 1 for prefill. A positive
-``num_splits`` is used as given (1 = no SplitKV).
+``num_splits`` is used as given (1 = no SplitKV). Session 21 (probe ``.devrun/s21_ps.py``,
+W4, three rounds, us): 64 x 1 at 3 splits 81.5 / 81.5 / 81.6 against 81.0 / 81.4 / 81.3 at 4.
+The same probe found no cost in vLLM's page size 16 against 64: decode 64 x 1 80.9-81.0
+against 81.0-81.4, 64 x 4 266.3-267.1 against 266.2-266.6, uniform prefill 2705-2707 against
+2700-2703, 90% overlap 1641-1643 against 1640-1642.
 """
 
 from __future__ import annotations
