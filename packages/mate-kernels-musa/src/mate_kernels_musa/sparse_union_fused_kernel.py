@@ -2,8 +2,9 @@
 
 One group of ``R`` consecutive rows per CTA. The CTA resolves its rows' limits once
 (threads ``0..R-1``, :func:`._sparse_macros.resolve_row_limit`) and each slot's physical
-cache row ``page * page_size + slot`` by the paged kernel's rule (:func:`._sparse_macros.slot_page`;
-unused slots drop out);
+cache row ``page * page_size + slot`` by the paged kernel's rule (:func:`._sparse_macros.slot_rule`;
+unused slots drop out), a row at a time: its token ids, then their pages, each batch of loads
+in flight together;
 each thread keeps the physical rows of its slots in local memory between passes. No sort:
 the CTA counts its used entries per bucket ``b(x)`` (``NB`` buckets of mixed low bits,
 shared-memory atomics), scans the counts and scatters the entries into bucket ranges by
@@ -74,12 +75,22 @@ call, mixed batch  1424 / 1358 / 1355     1355 / 1357 / 1354
 
 Every uniform group exits (its union holds nearly all of its 8204 slots); the groups that take the
 union path pay the bitmap's atomics and popcount, ~2% of their prep.
+
+Session 21 (probe ``.devrun/s21_prep.py``, HEAD's kernel loaded from a copy beside this one; U, NU
+and C identical on the three shapes): a row's token ids, then their pages, loaded in batches
+(every page read, as the paged kernel's eager path does) instead of one id -> page chain per slot,
+and a launch bound of three CTAs per SM (42 registers instead of 54, which had left room for two;
+the 80-byte ``xl`` array is in local memory either way). Default calls, same process, three
+rounds, us (HEAD / batched loads / both): 90% overlap 1608-1610 / 1604-1606 / 1590-1592, mixed
+batch 1327-1328 / 1326-1327 / 1323-1324, uniform 2702-2704 / 2698-2699 / 2694-2696. Kernel
+timeline of the batched loads alone (CUPTI, medians): 211.6 / 112.2 / 56.7 us against 216.2 /
+114.0 / 61.0.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
-from ._sparse_macros import cta_sum, resolve_row_limit, row_mode, slot_page
+from ._sparse_macros import cta_sum, page_column, resolve_row_limit, row_mode, slot_rule
 
 __all__ = ["sparse_union_fused_kernel", "UNMEASURED", "SEEN_BITS", "seen_bit"]
 
@@ -141,10 +152,14 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     NPK = -(-R // 4)  # int64 packs of 4 16-bit row counts
     SEEN_WORDS = SEEN_BITS // 32
     CANON = 64  # flag bit in an entry's row byte (rows < 64)
+    # Three CTAs per SM where their shared arrays fit in the 228 KB of an sm_90 SM (R = 4 at the
+    # launcher's t_cap: ~71 KB each): the launch bound caps registers at 42 (54 uncapped: two CTAs).
+    smem = (NMAX + 1) * 5 + 2 * NB * 4 + SEEN_WORDS * 4 + 1024
+    min_blocks = 3 if 3 * smem <= 228 * 1024 else 1
     if NB & (NB - 1) or NB % threads or SEEN_WORDS % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit(with_count=True)
-    slot = slot_page()
+    rule = slot_rule()
     popcount_sum = cta_sum(threads)
 
     rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
@@ -206,6 +221,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
         min_rows: T.int32,
     ):
         with T.Kernel(n_grp, threads=threads) as g:
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             sx = T.alloc_shared([NMAX + 1], "int32")  # entry NMAX: scratch for unused slots
             sr = T.alloc_shared([NMAX + 1], "int8")  # row of the entry, | CANON once found canonical
             cnt = T.alloc_shared([NBR, NBC], "int32")  # entries per bucket, then their scan
@@ -217,6 +234,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
             seen = T.alloc_shared([SEEN_WORDS], "uint32")  # the lower-bound bitmap (early exit)
             pop_s = T.alloc_shared([threads // 32], "int32")  # per-warp popcounts of the bitmap
             xl = T.alloc_local([R * KP], "int32")
+            tv = T.alloc_local([KP], "int32")  # one row's token ids, then
+            pv = T.alloc_local([KP], "int32")  # their pages
             tx = T.get_thread_binding()
 
             if tx < R:
@@ -243,13 +262,17 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                     seen[k * threads + tx] = T.uint32(0)
                 T.sync_threads()
                 for i in T.serial(R):
-                    for k in T.serial(KP):
-                        p = k * threads + tx
-                        t = T.alloc_var("int32", init=-1)
-                        if p < n_tok:
-                            t = TI[T.min(g * R + i, rows - 1), T.min(p, n_tok - 1)]
-                        good, pg, sl = slot(t, lim_s[i], req_s[i], BT, pages, page_size, max_pages)
-                        x = T.alloc_var("int32", init=T.if_then_else(good, pg * page_size + sl, -1))
+                    # A row's token ids, then their pages, each batch of loads issued together (the
+                    # page column is clamped, so every slot's page is read, used or not), then the
+                    # slot rule and the bucket counts.
+                    for k in T.unroll(KP):
+                        tv[k] = T.if_then_else(k * threads + tx < n_tok,
+                                               TI[T.min(g * R + i, rows - 1), T.min(k * threads + tx, n_tok - 1)], -1)
+                    for k in T.unroll(KP):
+                        pv[k] = BT[req_s[i], page_column(tv[k], page_size, max_pages)]
+                    for k in T.unroll(KP):
+                        good, sl = rule(tv[k], lim_s[i], pv[k], pages, page_size)
+                        x = T.alloc_var("int32", init=T.if_then_else(good, pv[k] * page_size + sl, -1))
                         xl[i * KP + k] = x
                         if x >= 0:
                             T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
