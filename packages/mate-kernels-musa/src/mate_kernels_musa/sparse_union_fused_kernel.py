@@ -79,8 +79,8 @@ union path pay the bitmap's atomics and popcount, ~2% of their prep.
 Session 21 (probe ``.devrun/s21_prep.py``, HEAD's kernel loaded from a copy beside this one; U, NU
 and C identical on the three shapes): a row's token ids, then their pages, loaded in batches
 (every page read, as the paged kernel's eager path does) instead of one id -> page chain per slot,
-and a launch bound of three CTAs per SM (42 registers instead of 54, which had left room for two;
-the 80-byte ``xl`` array is in local memory either way). Default calls, same process, three
+and a launch bound of three CTAs per SM (40 registers under its cap of 42, against 52-54
+without it, which left room for two; the 80-byte ``xl`` array is in local memory either way). Default calls, same process, three
 rounds, us (HEAD / batched loads / both): 90% overlap 1608-1610 / 1604-1606 / 1590-1592, mixed
 batch 1327-1328 / 1326-1327 / 1323-1324, uniform 2702-2704 / 2698-2699 / 2694-2696. Kernel
 timeline of the batched loads alone (CUPTI, medians): 211.6 / 112.2 / 56.7 us against 216.2 /
@@ -153,7 +153,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     SEEN_WORDS = SEEN_BITS // 32
     CANON = 64  # flag bit in an entry's row byte (rows < 64)
     # Three CTAs per SM where their shared arrays fit in the 228 KB of an sm_90 SM (R = 4 at the
-    # launcher's t_cap: ~71 KB each): the launch bound caps registers at 42 (54 uncapped: two CTAs).
+    # launcher's t_cap: ~71 KB each): the launch bound caps registers at 42 (52-54 uncapped: two CTAs).
     smem = (NMAX + 1) * 5 + 2 * NB * 4 + SEEN_WORDS * 4 + 1024
     min_blocks = 3 if 3 * smem <= 228 * 1024 else 1
     if NB & (NB - 1) or NB % threads or SEEN_WORDS % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
