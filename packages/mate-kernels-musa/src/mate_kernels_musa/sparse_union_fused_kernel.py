@@ -80,8 +80,8 @@ Session 21 (probe ``.devrun/s21_prep.py``, HEAD's kernel loaded from a copy besi
 and C identical on the three shapes): a row's token ids, then their pages, loaded in batches
 (every page read, as the paged kernel's eager path does) instead of one id -> page chain per slot,
 and a launch bound of three CTAs per SM (40 registers under its cap of 42, against 52-54
-without it, which left room for two; the 80-byte ``xl`` array is in local memory either way). Default calls, same process, three
-rounds, us (HEAD / batched loads / both): 90% overlap 1608-1610 / 1604-1606 / 1590-1592, mixed
+without it, which left room for two; the 80-byte ``xl`` array is in local memory either way).
+Default calls, same process, three rounds, us (HEAD / batched loads / both): 90% overlap 1608-1610 / 1604-1606 / 1590-1592, mixed
 batch 1327-1328 / 1326-1327 / 1323-1324, uniform 2702-2704 / 2698-2699 / 2694-2696. Kernel
 timeline of the batched loads alone (CUPTI, medians): 211.6 / 112.2 / 56.7 us against 216.2 /
 114.0 / 61.0.
