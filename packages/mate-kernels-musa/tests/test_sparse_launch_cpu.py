@@ -143,14 +143,21 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
                 NU[g] = UNMEASURED
                 continue
             counts: dict[int, list[int]] = {}
-            for i, r in _group_rows(g, r_grp, rows):
-                req, lim = _resolve(r, *meta)
-                for p in range(n_tok):
-                    t = int(TI[r, p])
-                    pg = int(BT[req, min(t // page_size, max_pages - 1)]) if 0 <= t <= lim else -1
-                    if 0 <= pg < pages:
-                        counts.setdefault(pg * page_size + t % page_size, [0] * r_grp)[i] += 1
-            bound = len({seen_bit(x) for x in counts})  # the bitmap's popcount: early exit past max_nu
+            bound = 0  # the bitmap's popcount: early exit past max_nu, after the last row or before
+            members = dict(_group_rows(g, r_grp, rows))  # padding rows of the last group use no slot
+            for i in range(r_grp):
+                r = members.get(i)
+                if r is not None:
+                    req, lim = _resolve(r, *meta)
+                    for p in range(n_tok):
+                        t = int(TI[r, p])
+                        pg = int(BT[req, min(t // page_size, max_pages - 1)]) if 0 <= t <= lim else -1
+                        if 0 <= pg < pages:
+                            counts.setdefault(pg * page_size + t % page_size, [0] * r_grp)[i] += 1
+                if i + 1 == r_grp or (i + 1) * n_tok > max_nu:
+                    bound = len({seen_bit(x) for x in counts})
+                    if bound > max_nu:
+                        break
             NU[g] = bound if bound > max_nu else len(counts)
             if NU[g] > max_nu:
                 continue

@@ -16,6 +16,7 @@ default path hands to the paged kernel.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
@@ -106,16 +107,33 @@ def _sorted_union(u: torch.Tensor, nu: torch.Tensor, c: torch.Tensor, width: int
     return key.gather(1, order), cs, live
 
 
-def _seen_bound(u: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
-    """Per group, the distinct bitmap bits (``seen_bit``) of its union ``U[g, :NU[g]]``: the fused
-    prep's lower bound of the union, int32."""
+def _seen_bound(u: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """Per group, the distinct bitmap bits (``seen_bit``) of the tokens ``U[g, s]`` with ``live[g, s]``:
+    the fused prep's lower bound of their union, int32."""
     from mate_kernels_musa.sparse_union_fused_kernel import SEEN_BITS, seen_bit
 
-    live = torch.arange(u.shape[1], device=u.device)[None, :] < nu[:, None]
     bits = torch.where(live, seen_bit(u.long()), SEEN_BITS).sort(dim=1).values
     new = torch.ones_like(bits, dtype=torch.bool)
     new[:, 1:] = bits[:, 1:] != bits[:, :-1]
     return (new & (bits < SEEN_BITS)).sum(1).to(torch.int32)
+
+
+def _capped_nu(u: torch.Tensor, nu: torch.Tensor, c: torch.Tensor, width: int, cap: int) -> torch.Tensor:
+    """The fused prep's ``NU`` under ``max_nu = cap`` from its uncapped outputs: after row ``i`` of a
+    group (once ``(i + 1) * width > cap``) and after its last row, the bound of the rows so far
+    (the union slots some of them count); the first bound above the cap is ``NU``, else the union."""
+    r = c.shape[1]
+    live = torch.arange(u.shape[1], device=u.device)[None, :] < nu[:, None]
+    out = nu.clone()
+    done = torch.zeros_like(nu, dtype=torch.bool)
+    for i in range(r):
+        if i + 1 < r and (i + 1) * width <= cap:
+            continue
+        bound = _seen_bound(u, live & (c[:, : i + 1, : u.shape[1]].int().sum(1) > 0))
+        hit = ~done & (bound > cap)
+        out = torch.where(hit, bound, out)
+        done |= hit
+    return out
 
 
 @pytest.mark.parametrize("r", ROWS_PER_CTA)
@@ -156,33 +174,52 @@ def test_fused_prep_matches_torch_prep(r: int, gen: torch.Generator) -> None:
         kept = (live_u & (nu1 <= cap)[:, None])[:, :w3]
         kept_c = kept[:, None, :].expand(-1, r, -1)
         # A group whose bitmap bound exceeds the cap exits early with NU = that bound.
-        bound = _seen_bound(u1, nu1)
-        assert torch.equal(nu3, torch.where(bound > cap, bound, nu1)), (width, case.notes)
+        assert torch.equal(nu3, _capped_nu(u1, nu1, c1, width, cap)), (width, case.notes)
         assert torch.equal(u3[kept], u1[:, :w3][kept]), (width, case.notes)
         assert torch.equal(c3[kept_c], c1[:, :, :w3][kept_c]), (width, case.notes)
+
+
+def _one_group_plan(ids: torch.Tensor) -> Any:
+    """A native plan of one request whose rows select ``ids`` ``[rows, T]`` from a 2^17-row pool."""
+    from mate_core import plan_sparse_attention
+
+    page_size, pages, rows = 64, 2048, ids.shape[0]
+    cache = torch.randn(pages, page_size, 1, 256, dtype=torch.bfloat16, device="cuda")
+    return plan_sparse_attention(
+        query=torch.randn(rows, 1, 256, dtype=torch.bfloat16, device="cuda"), key=cache, value=cache,
+        token_indices=ids.cuda(), cu_seqlens_q=torch.tensor([0, rows], dtype=torch.int32).cuda(),
+        seq_lens_k=torch.tensor([pages * page_size], dtype=torch.int32).cuda(),
+        block_table=torch.arange(pages, dtype=torch.int32).view(1, pages).cuda(), backend="tilelang",
+    )  # fmt: skip
 
 
 def test_prep_early_exit_bound() -> None:
     """The fused prep's early exit: rows ``x`` and ``(x ^ 1) + SEEN_BITS`` of a 2^17-row pool share a
     bitmap bit, so a union of 2000 rows has the bound 1000. Under a cap below the bound the group
     stops with ``NU`` = the bound; under a cap between bound and union it is measured exactly."""
-    from mate_core import plan_sparse_attention
     from mate_kernels_musa.sparse_union import prepare_union
     from mate_kernels_musa.sparse_union_fused_kernel import SEEN_BITS, seen_bit
 
-    page_size, pages, rows = 64, 2048, 4
     low = torch.arange(1000, dtype=torch.int32)
     ids = torch.cat([low, (low ^ 1) + SEEN_BITS])  # seen_bit((x ^ 1) + SEEN_BITS) == seen_bit(x) == x
     assert torch.equal(seen_bit(ids[1000:]), low)
-    cache = torch.randn(pages, page_size, 1, 256, dtype=torch.bfloat16, device="cuda")
-    native = plan_sparse_attention(
-        query=torch.randn(rows, 1, 256, dtype=torch.bfloat16, device="cuda"), key=cache, value=cache,
-        token_indices=ids.repeat(rows, 1).cuda(), cu_seqlens_q=torch.tensor([0, rows], dtype=torch.int32).cuda(),
-        seq_lens_k=torch.tensor([pages * page_size], dtype=torch.int32).cuda(),
-        block_table=torch.arange(pages, dtype=torch.int32).view(1, pages).cuda(), backend="tilelang",
-    )  # fmt: skip
+    native = _one_group_plan(ids.repeat(4, 1))
     for cap, expect in ((None, 2000), (1500, 2000), (1000, 2000), (999, 1000), (0, 1000)):
-        _, nu, _ = prepare_union(native, rows, "fused", **({} if cap is None else {"max_nu": cap}))
+        _, nu, _ = prepare_union(native, 4, "fused", **({} if cap is None else {"max_nu": cap}))
+        assert nu.tolist() == [expect], (cap, nu.tolist())
+
+
+def test_prep_early_exit_after_some_rows() -> None:
+    """The bound is taken after each row once the rows so far could hold more than the cap (``(i + 1) T
+    > max_nu``), so a group stops at the first row whose bound passes it: four rows of 1000 ids with
+    distinct bitmap bits stop after two rows (``NU`` 2000) under a cap of 1500 and after three (3000)
+    under 2500; under 3999 the bound of all four rows (4000) is ``NU``."""
+    from mate_kernels_musa.sparse_union import prepare_union
+
+    native = _one_group_plan(torch.arange(4000, dtype=torch.int32).view(4, 1000))
+    for cap, expect in ((None, 4000), (4000, 4000), (3999, 4000), (2500, 3000), (2000, 3000), (1999, 2000),
+                        (1500, 2000), (999, 1000)):  # fmt: skip
+        _, nu, _ = prepare_union(native, 4, "fused", **({} if cap is None else {"max_nu": cap}))
         assert nu.tolist() == [expect], (cap, nu.tolist())
 
 

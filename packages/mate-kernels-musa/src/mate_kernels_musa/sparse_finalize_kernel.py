@@ -50,6 +50,16 @@ allows), 1606-1608 against 1608-1610 (overlap), 1327-1329 against 1328-1329 (mix
 unchanged: the stores were not what cost; 512 or 1024 threads per CTA (4x fewer CTAs where
 nothing is finalized), overlap 1605-1607 / 1609-1611 against 1602-1607, uniform 2721-2727 /
 2713-2720 against 2713-2720.
+
+No-work launches (session 22, not kept; patch ``.devrun/s22_finalize_pairs.diff``, probe
+``.devrun/s22_ab.py``). Where nothing is finalized the kernel still costs ~20 us: every warp slot
+of an SM is taken ~12 times over by a warp that loads one NU and exits. Each warp walked ``P``
+consecutive pairs in turn instead (one NU load per pair, the same row's hitting L1), predicted
+~-15 us on uniform blocks and a few us more where every pair is finalized. Outputs bitwise equal;
+the GPU tests passed with ``P = 4``. Whole calls, same process, three rounds, us (P = 1 / 4 / 12):
+90% overlap 1578.5-1582.0 / 1587.2-1589.3 / 1592.8-1596.1, mixed batch 1327.6-1329.3 /
+1331.7-1332.1 / 1334.0-1335.8, uniform 2689.6-2711.2 / 2688.8-2710.9 / 2691.2-2712.8: the loss
+where pairs are finalized is clear, the gain on uniform blocks is not visible in their spread.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

@@ -30,9 +30,11 @@ the paged kernel.
 Early exit (``max_nu``): the loading pass also sets bit :func:`seen_bit` of each used entry in
 a ``SEEN_BITS``-bit map; its popcount ``lb`` is a lower bound of the union (rows that share a
 bit collapse). A group with ``lb > max_nu`` goes to the paged kernel whatever its exact union, so
-it writes ``NU[g] = lb`` and stops before the bucket passes. So ``NU[g]`` is the union size
-where it is ``<= max_nu``, and otherwise a value in ``(max_nu, union]``: every consumer only
-compares it with ``max_nu`` (and ``UNMEASURED``).
+it writes ``NU[g] = lb`` and stops before the bucket passes. The bitmap is counted after each row
+``i`` once the rows so far could hold more than ``max_nu`` entries (``(i + 1) T > max_nu``) and
+after the last row; the first count above ``max_nu`` stops the group, and the rows after it are
+not read. So ``NU[g]`` is the union size where it is ``<= max_nu``, and otherwise a value in
+``(max_nu, union]``: every consumer only compares it with ``max_nu`` (and ``UNMEASURED``).
 
 Every slot ``u < NU[g]`` of ``U`` and ``C`` is written (of groups with ``NU[g] <= max_nu``),
 nothing else: neither output is zero-filled. Cost per entry is linear in its bucket's size
@@ -50,7 +52,7 @@ kernel + hash-only kernel pair (130 + ~900) and a sorted-rows prep (~1100). Sess
   passes over the bucket, now one: 252 / 232-243, outputs identical.
 * TileLang's sync planner had put two to four barriers in each slot iteration (it cannot
   tell the data-dependent shared indices apart); the kernel places its phase barriers
-  itself (8 then; 10 since the early exits below) (376 / 342 on their own).
+  itself (8 then; 10 with the early exit below, 13 since session 22) (376 / 342 on their own).
 * The canonical test scanned the whole bucket against a per-entry tie-break key (``int16``
   in shared memory, written by the scatter); scanning only the earlier entries needs no key:
   255 -> 213 / 236 -> 196 (U, C and NU identical), whole union call 1694 -> 1650 / 3295 ->
@@ -85,6 +87,16 @@ Default calls, same process, three rounds, us (HEAD / batched loads / both): 90%
 batch 1327-1328 / 1326-1327 / 1323-1324, uniform 2702-2704 / 2698-2699 / 2694-2696. Kernel
 timeline of the batched loads alone (CUPTI, medians): 211.6 / 112.2 / 56.7 us against 216.2 /
 114.0 / 61.0.
+
+Session 22 (probe ``.devrun/s22_tl.py``, HEAD's kernel from a copy; NU of every group, U and C of
+accepted groups and the whole calls' outputs identical on the three shapes): the bitmap counted
+after each row once the rows so far could exceed ``max_nu``, not only after the last. At the
+launcher's ``max_nu`` = 4922 (``T`` = 2051) a uniform group now stops after three of its four
+rows (its NU there 5515 and up). Predicted 57 -> ~45 us on uniform blocks and no change elsewhere
+(one more count and three barriers per group). Kernel timeline (CUPTI, 10 graph replays after a
+read flush, medians, two interleaved rounds, us, new / HEAD): uniform 40.4, 40.1 / 52.0, 51.9
+(whole call 2675.5, 2674.6 / 2687.1, 2688.4); 90% overlap 198.8, 204.6 / 197.6, 198.8; mixed
+batch 109.7, 110.8 / 109.6, 110.4.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -186,6 +198,14 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
         return x, b, beg, end - beg
 
     @T.macro
+    def bitmap_share(seen, tx):
+        """This thread's words of the bitmap, popcounted."""
+        mine = T.alloc_var("int32", init=0)
+        for k in T.serial(SEEN_WORDS // threads):
+            mine = mine + T.cast(T.popcount(seen[k * threads + tx]), "int32")
+        return mine
+
+    @T.macro
     def scan(counts, off, j, tx):
         """Per-bucket ``counts`` (complete: the caller's barrier precedes) -> their inclusive scan
         along each row; ``off[j]`` the row offsets (thread 0 only; the caller's barrier publishes them)."""
@@ -261,30 +281,38 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                 for k in T.serial(SEEN_WORDS // threads):
                     seen[k * threads + tx] = T.uint32(0)
                 T.sync_threads()
+                lb = T.alloc_var("int32", init=0)  # the bitmap's popcount, once counted
+                stop = T.alloc_var("int32", init=0)  # an early count passed max_nu: the later rows are not read
                 for i in T.serial(R):
-                    # A row's token ids, then their pages, each batch of loads issued together (the
-                    # page column is clamped, so every slot's page is read, used or not), then the
-                    # slot rule and the bucket counts.
-                    for k in T.unroll(KP):
-                        tv[k] = T.if_then_else(k * threads + tx < n_tok,
-                                               TI[T.min(g * R + i, rows - 1), T.min(k * threads + tx, n_tok - 1)], -1)
-                    for k in T.unroll(KP):
-                        pv[k] = BT[req_s[i], page_column(tv[k], page_size, max_pages)]
-                    for k in T.unroll(KP):
-                        good, sl = rule(tv[k], lim_s[i], pv[k], pages, page_size)
-                        x = T.alloc_var("int32", init=T.if_then_else(good, pv[k] * page_size + sl, -1))
-                        xl[i * KP + k] = x
-                        if x >= 0:
-                            T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
-                            # CUDA's atomicOr (TileLang's atomic_or emits a global-space red).
-                            h = seen_bit(x)
-                            T.call_extern("uint32", "atomicOr", T.address_of(seen[h >> 5]),
-                                          T.shift_left(T.uint32(1), T.cast(h & 31, "uint32")))
-                T.sync_threads()
-                mine = T.alloc_var("int32", init=0)  # this thread's words of the bitmap
-                for k in T.serial(SEEN_WORDS // threads):
-                    mine = mine + T.cast(T.popcount(seen[k * threads + tx]), "int32")
-                lb = popcount_sum(mine, pop_s, tx)
+                    if stop == 0:
+                        # A row's token ids, then their pages, each batch of loads issued together (the
+                        # page column is clamped, so every slot's page is read, used or not), then the
+                        # slot rule and the bucket counts.
+                        for k in T.unroll(KP):
+                            tv[k] = T.if_then_else(k * threads + tx < n_tok,
+                                                   TI[T.min(g * R + i, rows - 1), T.min(k * threads + tx, n_tok - 1)], -1)
+                        for k in T.unroll(KP):
+                            pv[k] = BT[req_s[i], page_column(tv[k], page_size, max_pages)]
+                        for k in T.unroll(KP):
+                            good, sl = rule(tv[k], lim_s[i], pv[k], pages, page_size)
+                            x = T.alloc_var("int32", init=T.if_then_else(good, pv[k] * page_size + sl, -1))
+                            xl[i * KP + k] = x
+                            if x >= 0:
+                                T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
+                                # CUDA's atomicOr (TileLang's atomic_or emits a global-space red).
+                                h = seen_bit(x)
+                                T.call_extern("uint32", "atomicOr", T.address_of(seen[h >> 5]),
+                                              T.shift_left(T.uint32(1), T.cast(h & 31, "uint32")))
+                        # Early exit after the rows so far (CTA-uniform test): once they could hold more
+                        # than max_nu entries, their bitmap may already bound the union above it.
+                        if (i + 1 < R) & ((i + 1) * n_tok > max_nu):
+                            T.sync_threads()
+                            lb = popcount_sum(bitmap_share(seen, tx), pop_s, tx)
+                            stop = T.if_then_else(lb > max_nu, 1, 0)
+                            T.sync_threads()  # pop_s is written again by the next count
+                if stop == 0:
+                    T.sync_threads()
+                    lb = popcount_sum(bitmap_share(seen, tx), pop_s, tx)
                 if lb > max_nu:
                     # The union is at least lb: the paged kernel takes the group, no bucket pass.
                     if tx == 0:
