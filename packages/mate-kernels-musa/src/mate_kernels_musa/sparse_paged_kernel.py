@@ -300,8 +300,9 @@ def sparse_paged_kernel(
     ``UNU[r // u_rows] <= max_nu`` (the union kernel wrote it); ``one_pipe``: 1 = one
     software pipeline over the split's blocks, the next chunk resolved inside it (during
     the chunk's first block) into the other half of double-buffered offset arrays, so the
-    gather never drains at a chunk boundary (faster when few CTAs share an SM's time, the
-    decode schedules); 0 = one pipeline per chunk (the prefill schedule).
+    gather never drains at a chunk boundary (faster on the decode and the prefill shapes of
+    :mod:`.sparse_schedule`; every schedule the launcher picks runs it); 0 = one pipeline per
+    chunk (kept for the benchmark sweep).
     """
     import tilelang.language as T
 
