@@ -129,7 +129,7 @@ def _capped_nu(u: torch.Tensor, nu: torch.Tensor, c: torch.Tensor, width: int, c
     for i in range(r):
         if i + 1 < r and (i + 1) * width <= cap:
             continue
-        bound = _seen_bound(u, live & (c[:, : i + 1, : u.shape[1]].int().sum(1) > 0))
+        bound = _seen_bound(u, live & (c[:, : i + 1].int().sum(1) > 0))
         hit = ~done & (bound > cap)
         out = torch.where(hit, bound, out)
         done |= hit
