@@ -5,10 +5,14 @@ merge kernel for every output/gate dtype pair, and the generic head geometry at 
 edges: groups 1 and 16 and the tensor-parallel shard group 3 (BF16; group 3 also FP16).
 The physical path (``selected_kv_indices``) is a runtime row mode of the same kernels. Source checks pin the
 properties the design relies on: 16-byte predicated ``cp.async`` gathers (masked slots
-are zero-filled, never read), m16n8k16 MMA, and a register cap from ``min_blocks``.
+are zero-filled, never read), m16n8k16 MMA, and a register cap from ``min_blocks``; with the
+feature-split QK (``split_qk``, the launcher's tile) Q is read from shared memory once per CTA
+and the warps' partial scores are exchanged through the inline stores of ``_sparse_qk``.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -25,8 +29,10 @@ def _paged(groups: tuple[int, ...], dtype: str, wide: bool = False):
 def _specs():
     from mate_kernels_musa.sparse_launch import specializations
 
+    # The benchmark sweep's W4_C32 candidate keeps the T.gemm score tile (split_qk off).
+    gemm_qk = [s for s in specializations(dtypes=("bfloat16",), tiles=("w4-c32",)) if s[1][-2:] == ("bfloat16", False)]
     return (specializations(wide=(False,)) + _paged((12,), "bfloat16", wide=True) + _paged((1, 3, 16), "bfloat16")
-            + _paged((3,), "float16"))  # fmt: skip
+            + _paged((3,), "float16") + gemm_qk)  # fmt: skip
 
 
 def _id(spec) -> str:
@@ -45,5 +51,10 @@ def test_sparse_kernel_compiles(spec) -> None:
         assert "cp_async_gs_conditional<16>" in src  # predicated 16-byte gather
         assert "mma_sync" in src
         assert "__launch_bounds__(" in src
+        q_reads = len(re.findall(r"ldmatrix_x4\(\(&\(\(\((?:bfloat16_t|half_t)\*\)q_s\)", src))
+        if consts[-1]:  # split_qk: one ldmatrix of Q per CTA (before the block loop), none per block
+            assert q_reads == 1 and "mate_sts_f2(" in src
+        else:  # T.gemm reads Q in every block step (one pipeline per chunk and one per split)
+            assert q_reads >= 2 and "mate_sts_f2(" not in src
     else:
         assert "expf" in src  # merge weights and sigmoid in FP32

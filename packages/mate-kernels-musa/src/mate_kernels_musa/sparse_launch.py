@@ -171,7 +171,7 @@ def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False, gat
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
     return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,
-            gate_dtype)  # fmt: skip
+            gate_dtype, t.split_qk)  # fmt: skip
 
 
 def specializations(

@@ -3,13 +3,39 @@
 Each CTA takes one query row, one KV head (its ``group`` Q heads, padded to a
 16-row tile in shared memory only: global Q/O use the logical heads) and one
 contiguous share of the row's selection slots, and runs
-gather -> QK (mma m16) -> online softmax (exp2, FP32) -> PV. With several splits it
+gather -> QK (mma m16; with ``split_qk`` each warp takes a quarter of the features,
+:mod:`._sparse_qk`) -> online softmax (exp2, FP32) -> PV. With several splits it
 writes the normalized FP32 partial output and its natural-log LSE, and the merge kernel
 (:mod:`.sparse_merge_kernel`) combines the splits, applies the sigmoid gate and writes
 ``out``/``lse``; with one split (runtime ``direct``) it applies the gate and writes
 ``out``/``lse`` itself. That epilogue first scales the accumulator by the gate in a
 branch-free loop, then stores. Rows the union path took (``u_rows``) skip the Q and
 token-id loads as well as the gather (end-to-end times in :mod:`.sparse_schedule`).
+
+Score tile with the features split over the warps (session 23, :mod:`._sparse_qk`; the
+launcher's ``W4`` tile, ``split_qk``). With ``T.gemm`` each of the four warps computed 8 of the
+32 score columns over all 256 features, so it read the whole 16 x 256 Q tile from shared memory
+on every block: of the per-block shared-memory wavefronts of a CTA (~816: QK 384, of which Q
+256; PV 160; the cp.async fill 256; P 16), Q was almost a third. A probe whose QK read only the
+first ``QD`` features (wrong results by design, the rest of the block unchanged; probe
+``.devrun/s23_qk.py``, paged kernel alone on sorted ids, H200, same process, three rounds, us)
+measured what that traffic costs: uniform blocks folded into a 128-page pool that stays in L2
+2567 (all 256) / 2221 (128) / 2052 (64) / 2012 (16); as given 2592 / 2432 / 2360 / 2390 (the L2
+misses bound it below ~2350); 90% overlap 2569 / 2221 / 2001 / 1927; decode 64 x 1 81.9 /
+81.0 / 80.4 / 80.3. Now each warp holds its 64 features of Q in registers (loaded once per CTA)
+and reads only its quarter of K, for all 32 columns; the four FP32 partial tiles are summed
+through a padded 10 KB shared buffer (~688 wavefronts a block). Same probe, split QK against
+the ``T.gemm`` tile (results within 1.7e-4 relative L2 of each other): pool 2409 / 2586, as
+given 2532-2546 / 2611-2625, 90% overlap 2421 / 2588, decode 64 x 1 82.2 / 82.2. Through the
+launcher's default path (probe ``.devrun/s23_ab.py``, same process, three rounds, us, split /
+``T.gemm``): uniform prefill 2593-2595 / 2681-2691, 90% overlap 1592-1593 / 1591-1592 (its
+rows take the union kernel), mixed batch 1324-1326 / 1323-1325, decode 64 x 1 80.2-80.6 /
+79.8-80.4, 64 x 4 260.7-261.0 / 260.2-260.7; the split results repeat bitwise. The first
+build, with the partials as plain shared-memory stores and loads, let TileLang's sync planner
+put three more barriers into each block: pool 2482-2502, but as given 2794-2809 (7% slower than
+``T.gemm``) and decode 64 x 1 84.7; :mod:`._sparse_qk` has how the shipped build keeps them
+out. The kernel uses all 128 registers (``ptxas -v``: 8 bytes of spill at group 12, none at
+groups 1 and 16; none with ``T.gemm``).
 
 Per-element guards (H200, 2026-11-30, same-process A/B, interleaved rounds, us). The Q and
 gate loads index heads ``hk * G + g``, which the compiler cannot bound by ``hq``, so each
@@ -226,6 +252,7 @@ from ._sparse_macros import (
     slot_page,
     slot_rule,
 )
+from ._sparse_qk import PARTIAL_IO, FeatureSplitQK
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
@@ -248,6 +275,7 @@ def sparse_paged_kernel(
     pdl: bool = False,
     eager: bool = False,
     gate_dtype: str = "float32",
+    split_qk: bool = False,
 ) -> Any:
     """Build the prim_func of one specialization.
 
@@ -280,6 +308,9 @@ def sparse_paged_kernel(
         ``one_pipe`` mode (below); lazy ones ignore it.
     gate_dtype : str
         Dtype of the gate view the direct epilogue reads ("float32" or ``dtype``).
+    split_qk : bool
+        Score tile with the features split over the warps (:mod:`._sparse_qk`: Q in registers,
+        each K element read once per block, PTX ldmatrix / mma.sync) instead of ``T.gemm``.
 
     Kernel arguments
     ----------------
@@ -320,6 +351,7 @@ def sparse_paged_kernel(
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
+    qk = FeatureSplitQK(dtype, H, BN, threads, D) if split_qk else None
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
     NBUF = 2 if eager else 1  # chunk buffers of slot offsets (the one-pipeline mode alternates two)
 
@@ -360,11 +392,14 @@ def sparse_paged_kernel(
         load_ids(t_reg, TI, r, (b0 + (c + 1) * chunk_blocks) * BN, tok1, tx)
 
     @T.macro
-    def block_step(base, q_s, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc,
-                   acc_o):  # fmt: skip
+    def block_step(base, q_s, qk_bufs, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha,
+                   l_acc, acc_o):  # fmt: skip
         # Slots base .. base + BN of the offset buffers: gather, QK, mask, online softmax, PV.
         gather(k_s, v_s, KF, VF, koff_s, voff_s, base)
-        T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
+        if split_qk:
+            qk.scores(k_s, *qk_bufs, acc_s)
+        else:
+            T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
         for g, j in T.Parallel(H, BN):
             acc_s[g, j] = T.if_then_else(koff_s[base + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
         softmax_step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s)
@@ -469,6 +504,17 @@ def sparse_paged_kernel(
             l_i = T.alloc_fragment([H], acc)
             l_acc = T.alloc_fragment([H, BN], acc)  # per-thread shares of the row sums
             alpha = T.alloc_fragment([H], acc)
+            qk_bufs = ()
+            if split_qk:
+                from tilelang.layout import make_swizzled_layout
+
+                T.import_source(PARTIAL_IO)
+                # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
+                # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
+                qk_bufs = (T.alloc_local(qk.q_frag_shape, dtype), T.alloc_local(qk.frag_shape, dtype),
+                           T.alloc_local(qk.frag_shape, acc), T.alloc_shared(qk.red_shape, acc))  # fmt: skip
+                T.annotate_layout({q_s: make_swizzled_layout(q_s), k_s: make_swizzled_layout(k_s),
+                                   acc_s: qk.score_layout([H, BN]), l_acc: qk.score_layout([H, BN])})  # fmt: skip
 
             # This split's share of the row's BN-slot blocks: [blk0, blk1).
             n_blk = T.ceildiv(n_tok, BN)
@@ -504,6 +550,8 @@ def sparse_paged_kernel(
                 # results are never stored; a skipped CTA computes nothing from q_s.
                 for g, d in T.Parallel(H, D):
                     q_s[g, d] = Q[r, head_of(hk, g), d]
+            if split_qk:
+                qk.load_q(qk_bufs[0], q_s)
             T.fill(acc_o, 0)
             T.fill(l_acc, 0)
             T.fill(m_i, M_INIT)
@@ -515,7 +563,7 @@ def sparse_paged_kernel(
                                   kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
                 for k in T.Pipelined(nb, num_stages=num_stages):
                     # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
-                    block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, k_s, v_s, p_s, KF, VF,
+                    block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s, KF, VF,
                                koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o)  # fmt: skip
                     if k % chunk_blocks == 0 and k + chunk_blocks < nb:
                         resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
@@ -533,7 +581,7 @@ def sparse_paged_kernel(
                             put_slot(j, t, lim, req, hk, BT, pages, page_size,
                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
                     for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
-                        block_step(k * BN, q_s, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2,
+                        block_step(k * BN, q_s, qk_bufs, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2,
                                    acc_s, m_i, m_prev, alpha, l_acc, acc_o)  # fmt: skip
 
             T.reduce_sum(l_acc, l_i, dim=1)

@@ -2,10 +2,11 @@
 
 A schedule is a compile-time tile of :mod:`.sparse_paged_kernel` plus the runtime split
 count. The production tile ``W4`` is 4 warps on a 16 x 32 score tile (mma m16n8k16,
-Q heads padded 12 -> 16 in shared memory), 512 slots resolved per chunk, launch bounds
-capping registers for 4 CTAs per SM, the ``eager`` prologue (first token ids loaded
-before the request search, a parallel ``cu_seqlens_q`` search, each chunk's ids loaded
-one chunk ahead), one gather pipeline per split (``Schedule.one_pipe``: the next chunk's
+Q heads padded 12 -> 16 in shared memory; the features of QK split over the warps, each
+holding its quarter of Q in registers: ``split_qk``, :mod:`._sparse_qk`), 512 slots
+resolved per chunk, launch bounds capping registers for 4 CTAs per SM, the ``eager``
+prologue (first token ids loaded before the request search, a parallel ``cu_seqlens_q``
+search, each chunk's ids loaded one chunk ahead), one gather pipeline per split (``Schedule.one_pipe``: the next chunk's
 slots are resolved inside the pipeline into a second offset buffer, so the gather does
 not drain at chunk boundaries) and PDL (the merge kernel launches while the paged kernel
 runs and waits on it with ``griddepcontrol.wait``).
@@ -80,9 +81,9 @@ pipe of the SMs limits at ~2.9 ms, i.e. ~0.71x of the no-reuse floor (4076 us in
 The L2-resident gather alone is ~0.52x. The issue's 0.6x (2.4 ms) therefore needs both
 fewer L2 transactions per selected slot (shared gathers, which uniform selections do not
 offer to groups of 4 rows) and less shared-memory traffic per slot than the gather ->
-mma m16 -> online softmax -> PV on a 16-row tile. A lead not tried: per-token TMA loads (a
-512-byte box at a runtime row coordinate, out-of-range rows zero-filled by the TMA unit)
-would move the K/V fill off the LSU/L1TEX path that ``cp.async`` uses.
+mma m16 -> online softmax -> PV on a 16-row tile. (Per-token TMA loads, the lead named here
+then, were measured in session 15: :mod:`.sparse_paged_kernel`. Session 23 measured the QK
+operand traffic and cut its Q part: the same module, "Score tile with the features split".)
 
 Session 12, after the lazy-max softmax (:mod:`.sparse_paged_kernel`), the same profile
 (``.devrun/s12_ncu.sh``, one replay each, SM clock 1.79 GHz, paged kernel alone):
@@ -350,6 +351,8 @@ class Tile:
     # Token ids loaded before the request search and one chunk ahead; parallel cu_seqlens
     # search; the runtime one-pipeline mode (Schedule.one_pipe).
     eager: bool = False
+    # Score tile with the features split over the warps (_sparse_qk; PTX, like pdl).
+    split_qk: bool = False
 
 
 @dataclass(frozen=True)
@@ -370,7 +373,7 @@ class Schedule:
                 + ("/sort" if self.sort else "") + ("" if self.one_pipe else "/per-chunk"))  # fmt: skip
 
 
-W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
+W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True, split_qk=True)
 W2 = Tile("w2", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
 N64 = Tile("n64", block_n=64, threads=128, chunk_blocks=8, num_stages=1, min_blocks=2, pdl=True, eager=True)
 W4_LAZY = Tile("w4-lazy", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)
