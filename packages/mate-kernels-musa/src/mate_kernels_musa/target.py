@@ -3,7 +3,11 @@
 One kernel source compiles for both targets; a profile holds the TVM target,
 pass configs and compile flags. The CUDA profile is the verified one (every
 native test and benchmark runs on an H200); the MUSA profile is a statically
-checked configuration that cannot be run in this project's CI.
+checked configuration that cannot be run in this project's CI. Not yet behind a
+profile: the sparse launcher's tile (``sparse_schedule.W4``) emits CUDA instructions
+through TileLang's PTX intrinsics (the PDL trigger; the ldmatrix / mma.sync and the
+inline partial stores of the feature-split QK, ``_sparse_qk``), so a MUSA build of the
+sparse path needs a tile with ``pdl`` and ``split_qk`` off.
 """
 
 from __future__ import annotations
