@@ -53,7 +53,8 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
     return (req, lim, cnt) if count else (req, lim)
 
 
-def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype, split_qk):
+def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype,
+                   split_qk):  # fmt: skip
     def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
             has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
             has_gate, has_lse, u_rows, max_nu, one_pipe):  # fmt: skip

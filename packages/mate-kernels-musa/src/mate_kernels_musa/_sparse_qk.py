@@ -88,8 +88,8 @@ class FeatureSplitQK:
             tx = T.get_thread_binding()
             lane = tx % 32
             for ki in T.unroll(k_steps):
-                T.ptx_ldmatrix(T.bool(False), 4,
-                               T.access_ptr(q_s[lane % 16, (tx // 32) * slice_w + ki * 16 + (lane // 16) * 8], "r", extent=8),
+                col = (tx // 32) * slice_w + ki * 16 + (lane // 16) * 8
+                T.ptx_ldmatrix(T.bool(False), 4, T.access_ptr(q_s[lane % 16, col], "r", extent=8),
                                T.access_ptr(q_frag[ki * 8], "w", extent=8))  # fmt: skip
 
         @T.macro
@@ -109,8 +109,8 @@ class FeatureSplitQK:
                                                         w * slice_w + ki * 16 + ((lane // 8) % 2) * 8], "r", extent=8),
                                        T.access_ptr(b_frag[0], "w", extent=8))  # fmt: skip
                         for nt in T.unroll(2):
-                            T.ptx_mma(acc, "m16n8k16", "row", "col", ab, ab, "fp32",
-                                      q_frag.data, ki * 8, b_frag.data, nt * 4, c_frag.data, nt * 4, T.bool(False))  # fmt: skip
+                            T.ptx_mma(acc, "m16n8k16", "row", "col", ab, ab, "fp32", q_frag.data, ki * 8,
+                                      b_frag.data, nt * 4, c_frag.data, nt * 4, T.bool(False))  # fmt: skip
                     for nt in T.unroll(2):
                         for h in T.unroll(2):  # accumulator rows lane / 4 and lane / 4 + 8
                             T.call_extern("handle", "mate_sts_f2",

@@ -15,8 +15,9 @@ token-id loads as well as the gather (end-to-end times in :mod:`.sparse_schedule
 Score tile with the features split over the warps (session 23, :mod:`._sparse_qk`; the
 launcher's ``W4`` tile, ``split_qk``). With ``T.gemm`` each of the four warps computed 8 of the
 32 score columns over all 256 features, so it read the whole 16 x 256 Q tile from shared memory
-on every block: of the per-block shared-memory wavefronts of a CTA (~816: QK 384, of which Q
-256; PV 160; the cp.async fill 256; P 16), Q was almost a third. A probe whose QK read only the
+on every block: of a CTA's shared-memory wavefronts per block (~816, counted from the
+generated instructions: QK 384, of which Q 256; PV 160; the cp.async fill 256; P 16), Q was
+almost a third. A probe whose QK read only the
 first ``QD`` features (wrong results by design, the rest of the block unchanged; probe
 ``.devrun/s23_qk.py``, paged kernel alone on sorted ids, H200, same process, three rounds, us)
 measured what that traffic costs: uniform blocks folded into a 128-page pool that stays in L2
@@ -24,7 +25,7 @@ measured what that traffic costs: uniform blocks folded into a 128-page pool tha
 misses bound it below ~2350); 90% overlap 2569 / 2221 / 2001 / 1927; decode 64 x 1 81.9 /
 81.0 / 80.4 / 80.3. Now each warp holds its 64 features of Q in registers (loaded once per CTA)
 and reads only its quarter of K, for all 32 columns; the four FP32 partial tiles are summed
-through a padded 10 KB shared buffer (~688 wavefronts a block). Same probe, split QK against
+through a padded 10 KB shared buffer (~688 wavefronts a block, counted the same way). Same probe, split QK against
 the ``T.gemm`` tile (results within 1.7e-4 relative L2 of each other): pool 2409 / 2586, as
 given 2532-2546 / 2611-2625, 90% overlap 2421 / 2588, decode 64 x 1 82.2 / 82.2. Through the
 launcher's default path (probe ``.devrun/s23_ab.py``, same process, three rounds, us, split /
@@ -336,6 +337,7 @@ def sparse_paged_kernel(
     chunk (kept for the benchmark sweep).
     """
     import tilelang.language as T
+    from tilelang.layout import make_swizzled_layout
 
     G = group
     H = HEAD_TILE
@@ -506,8 +508,6 @@ def sparse_paged_kernel(
             alpha = T.alloc_fragment([H], acc)
             qk_bufs = ()
             if split_qk:
-                from tilelang.layout import make_swizzled_layout
-
                 T.import_source(PARTIAL_IO)
                 # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
                 # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
@@ -563,8 +563,8 @@ def sparse_paged_kernel(
                                   kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
                 for k in T.Pipelined(nb, num_stages=num_stages):
                     # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
-                    block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s, KF, VF,
-                               koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o)  # fmt: skip
+                    block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s,
+                               KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o)  # fmt: skip
                     if k % chunk_blocks == 0 and k + chunk_blocks < nb:
                         resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                       kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
