@@ -13,7 +13,7 @@ the P store and the PV product that follow are unchanged.
 The ldmatrix / ``mma.sync`` here are PTX (CUDA), like the PDL trigger of the tiles that use it.
 The partial stores and loads go through two inline device functions (:data:`PARTIAL_IO`) that
 TileLang's sync planner does not see as shared-memory accesses: given them as buffer accesses it
-placed two or three barriers per block around the exchange, which made uniform blocks 7% slower
+placed two barriers per block more than the exchange needs, which made uniform blocks 7% slower
 than the ``T.gemm`` tile (session 23). The exchange needs one barrier, placed here after the
 stores; a later block's stores are ordered after these loads by the barriers between them (the
 loop head's wait and the softmax's ``__syncthreads_or``).

@@ -33,7 +33,7 @@ launcher's default path (probe ``.devrun/s23_ab.py``, same process, three rounds
 rows take the union kernel), mixed batch 1324-1326 / 1323-1325, decode 64 x 1 80.2-80.6 /
 79.8-80.4, 64 x 4 260.7-261.0 / 260.2-260.7; the split results repeat bitwise. The first
 build, with the partials as plain shared-memory stores and loads, let TileLang's sync planner
-put three more barriers into each block: pool 2482-2502, but as given 2794-2809 (7% slower than
+put two more barriers into each block: pool 2482-2502, but as given 2794-2809 (7% slower than
 ``T.gemm``) and decode 64 x 1 84.7; :mod:`._sparse_qk` has how the shipped build keeps them
 out. The kernel uses all 128 registers (``ptxas -v``: 8 bytes of spill at group 12, none at
 groups 1 and 16; none with ``T.gemm``).
