@@ -513,8 +513,9 @@ def sparse_paged_kernel(
                 # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
                 qk_bufs = (T.alloc_local(qk.q_frag_shape, dtype), T.alloc_local(qk.frag_shape, dtype),
                            T.alloc_local(qk.frag_shape, acc), T.alloc_shared(qk.red_shape, acc))  # fmt: skip
+                scores = qk.score_layout([H, BN])
                 T.annotate_layout({q_s: make_swizzled_layout(q_s), k_s: make_swizzled_layout(k_s),
-                                   acc_s: qk.score_layout([H, BN]), l_acc: qk.score_layout([H, BN])})  # fmt: skip
+                                   acc_s: scores, l_acc: scores})  # fmt: skip
 
             # This split's share of the row's BN-slot blocks: [blk0, blk1).
             n_blk = T.ceildiv(n_tok, BN)

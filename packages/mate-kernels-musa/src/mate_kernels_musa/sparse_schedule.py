@@ -6,10 +6,10 @@ Q heads padded 12 -> 16 in shared memory; the features of QK split over the warp
 holding its quarter of Q in registers: ``split_qk``, :mod:`._sparse_qk`), 512 slots
 resolved per chunk, launch bounds capping registers for 4 CTAs per SM, the ``eager``
 prologue (first token ids loaded before the request search, a parallel ``cu_seqlens_q``
-search, each chunk's ids loaded one chunk ahead), one gather pipeline per split (``Schedule.one_pipe``: the next chunk's
-slots are resolved inside the pipeline into a second offset buffer, so the gather does
-not drain at chunk boundaries) and PDL (the merge kernel launches while the paged kernel
-runs and waits on it with ``griddepcontrol.wait``).
+search, each chunk's ids loaded one chunk ahead), one gather pipeline per split
+(``Schedule.one_pipe``: the next chunk's slots are resolved inside the pipeline into a
+second offset buffer, so the gather does not drain at chunk boundaries) and PDL (the merge
+kernel launches while the paged kernel runs and waits on it with ``griddepcontrol.wait``).
 
 One pipeline per split against one per chunk, same kernel (H200, 2026-11-29, session 3,
 ``.devrun``-style probe: CUDA-graph medians after a read flush, median of 3 interleaved
@@ -373,7 +373,8 @@ class Schedule:
                 + ("/sort" if self.sort else "") + ("" if self.one_pipe else "/per-chunk"))  # fmt: skip
 
 
-W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True, split_qk=True)
+W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True,
+          split_qk=True)
 W2 = Tile("w2", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
 N64 = Tile("n64", block_n=64, threads=128, chunk_blocks=8, num_stages=1, min_blocks=2, pdl=True, eager=True)
 W4_LAZY = Tile("w4-lazy", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)
