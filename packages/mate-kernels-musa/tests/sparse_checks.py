@@ -104,9 +104,12 @@ def graph_case(gen, query_kind, **kwargs):
     return case.to("cuda")
 
 
-def check_graph_replay(case, run):
+def check_graph_replay(case, run, draw_ids=None, before_replay=None):
     """Capture ``run(native)`` after a warm-up, then replay it twice with new data, ids, page
-    mapping and lengths written into the captured tensors, and ``check`` each replay."""
+    mapping and lengths written into the captured tensors, and ``check`` each replay.
+
+    ``draw_ids(shape, cap)`` draws the new ids (default: uniform in ``[-1, cap)``);
+    ``before_replay(native)`` runs after they are written, before the replay."""
     native, _ = plans(case)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -121,11 +124,15 @@ def check_graph_replay(case, run):
     for _ in range(2):
         for name in ("query", "key", "value"):
             kw[name].copy_(torch.randn(kw[name].shape, device="cuda").to(kw[name].dtype))
-        kw["token_indices"].copy_(torch.randint(-1, cap, kw["token_indices"].shape, device="cuda", dtype=torch.int32))
+        shape = kw["token_indices"].shape
+        ids = draw_ids(shape, cap) if draw_ids else torch.randint(-1, cap, shape, device="cuda", dtype=torch.int32)
+        kw["token_indices"].copy_(ids)
         perm = torch.randperm(kw["key"].shape[0], device="cuda")[: kw["block_table"].numel()]
         kw["block_table"].copy_(perm.view_as(kw["block_table"]).to(torch.int32))
         if "seq_lens_k" in kw:
             kw["seq_lens_k"].copy_(torch.randint(1, cap + 1, kw["seq_lens_k"].shape, device="cuda", dtype=torch.int32))
+        if before_replay is not None:
+            before_replay(native)
         native.out.fill_(float("nan"))
         native.lse.fill_(float("nan"))
         graph.replay()

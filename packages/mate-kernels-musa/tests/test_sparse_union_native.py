@@ -348,6 +348,48 @@ def test_cuda_graph_replay_new_metadata(query_kind: str, gen: torch.Generator) -
     checks.check_graph_replay(checks.graph_case(gen, query_kind), sparse_attention_union)
 
 
+def _half_shared(shape: tuple[int, int], cap: int, gen: torch.Generator) -> torch.Tensor:
+    """Token ids ``[rows, T]`` in ``[-1, cap)`` where a random half of the groups of ``UNION_ROWS``
+    rows repeat their first row's selection (the default path's union kernel takes them) and the
+    other rows draw their own (left to the paged kernel where ``cap`` is well above ``T``)."""
+    from mate_kernels_musa.sparse_schedule import UNION_ROWS
+
+    rows = shape[0]
+    own = torch.randint(-1, cap, shape, generator=gen, dtype=torch.int32)
+    group = torch.arange(rows) // UNION_ROWS
+    shared = (torch.rand(int(group[-1]) + 1, generator=gen) < 0.5)[group]
+    return torch.where(shared[:, None], own[group * UNION_ROWS], own).cuda()
+
+
+def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) -> None:
+    """The default prefill path, whose union and finalize kernels run on a second stream beside the
+    sort and paged kernels, captured after warm-up and replayed with new data, pages and ids that
+    change which groups each path computes; before every replay the prep confirms that both paths
+    have rows. Each replay matches the reference."""
+    from mate_kernels_musa import sparse_attention, sparse_launch
+    from mate_kernels_musa.sparse_schedule import UNION_MAX_FILL, UNION_ROWS
+    from mate_kernels_musa.sparse_union import prepare_union
+
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "1")  # every group measured (one request here anyway)
+    width = 16  # a group of own draws holds more than UNION_MAX_FILL * 4 * 16 distinct ids
+    case = cases.random_case(gen, max_rows=600, max_width=width, width=width, num_splits=None, query_kind="cu",
+                             row_counts=[600], canonical=True).to("cuda")  # fmt: skip
+    case.drop_out_view()
+    case.kwargs["return_lse"] = True
+    kw = case.kwargs
+    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
+    kw["token_indices"].copy_(_half_shared(tuple(kw["token_indices"].shape), cap, gen))
+    max_nu = int(UNION_MAX_FILL * UNION_ROWS * width)
+
+    def both_paths(native) -> None:
+        sched = sparse_launch.schedule_for(native)
+        assert sched.union_rows == UNION_ROWS and sched.sort, sched
+        _, nu, _ = prepare_union(native, UNION_ROWS, "fused", None, max_nu)
+        assert bool((nu <= max_nu).any()) and bool((nu > max_nu).any()), nu
+
+    checks.check_graph_replay(case, sparse_attention, lambda shape, c: _half_shared(shape, c, gen), both_paths)
+
+
 def test_bitwise_deterministic(gen: torch.Generator) -> None:
     from mate_kernels_musa.sparse_union import sparse_attention_union
 

@@ -8,8 +8,14 @@ tensors with their runtime strides and launches on the current stream:
    on groups of ``UNION_ROWS`` consecutive rows: a one-kernel prep finds each group's union of selected cache rows,
    and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
    share most of their blocks, as neighbouring prefill rows do) are computed by the union
-   kernel with one K/V gather per union token; the paged kernel skips those rows;
-   then, on every prefill schedule with ``T <= SORT_CAP`` (``Schedule.sort``),
+   kernel with one K/V gather per union token; the paged kernel skips those rows. On CUDA
+   the union and finalize kernels run on a second stream (forked from the current one after
+   the prep, joined back before the call returns: capturable), beside the sort and paged
+   kernels, which write the other rows. Same process, three rounds, us (session 24, probe
+   ``.devrun/s24_cc.py``, one stream / two): 90%-overlap prefill 1590-1592 / 1553-1555 (the
+   paged kernel's and the sort's no-work grids hide under the union kernel), mixed batch
+   1334-1335 / 1311-1314, uniform blocks 2607-2622 / 2603-2610; outputs bitwise equal.
+   Then, on every prefill schedule with ``T <= SORT_CAP`` (``Schedule.sort``),
    :mod:`.sparse_sort_kernel` orders the token ids of the rows the paged kernel computes by
    context region (the CTAs of one request then read its cache in step and share it through
    the L2): after the union path the rows of the groups it rejected, without it every row;
@@ -41,9 +47,11 @@ data pointers of zero-element tensors.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -275,6 +283,23 @@ def _write_empty(plan: SparseAttentionPlan) -> None:
         plan.lse.fill_(-math.inf)
 
 
+@contextlib.contextmanager
+def _forked(device: torch.device, joins: contextlib.ExitStack) -> Iterator[None]:
+    """Run the block on a second stream of ``device``, after the current stream's work so far;
+    the current stream waits for it when ``joins`` closes. Capturable (the fork and the join are
+    event waits); the block's tensors were allocated on the current stream, which reuses their
+    memory only after the join. Off CUDA the block runs on the current stream."""
+    if device.type != "cuda":
+        yield
+        return
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)  # from torch's per-device pool: no stream created per call
+    side.wait_stream(current)
+    joins.callback(current.wait_stream, side)
+    with torch.cuda.stream(side):
+        yield
+
+
 def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None) -> None:
     """Native sparse attention; writes ``plan.out`` and ``plan.lse`` (when not None).
 
@@ -314,34 +339,38 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
         lse = _dummies(device)["float32"].expand(rows, hq)
     unu, u_rows, max_nu = _dummies(device)["int"], 0, 0
     row_args = _row_args(plan, table.shape[1] * page_size)  # once: the union prep takes it too
-    ids = None
-    if sched.union_rows and not wide:
-        # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
-        # kernel below skips exactly those groups' rows and computes the others.
-        from .sparse_union import prepare_union, union_attention  # sparse_union imports this module
+    with contextlib.ExitStack() as joins:  # closing it joins the union path's stream
+        ids = None
+        if sched.union_rows and not wide:
+            # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
+            # kernel below skips exactly those groups' rows and computes the others.
+            from .sparse_union import prepare_union, union_attention  # sparse_union imports this module
 
-        u_rows = sched.union_rows
-        max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
-        u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu, union_min_rows())
-        union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
-    if sched.sort:
-        # The rows the paged kernel computes walk their selections region by region (L2 sharing
-        # between the CTAs of one request; sparse_sort_kernel): after the union path, the rows
-        # of the groups its prep rejected; without it, every row.
-        from .sparse_union import sorted_ids  # sparse_union imports this module
+            u_rows = sched.union_rows
+            max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
+            u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu, union_min_rows())
+            # The union and finalize kernels write only the rows of the groups they take, the sort
+            # and paged kernels only the others: the two run side by side.
+            with _forked(device, joins):
+                union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
+        if sched.sort:
+            # The rows the paged kernel computes walk their selections region by region (L2 sharing
+            # between the CTAs of one request; sparse_sort_kernel): after the union path, the rows
+            # of the groups its prep rejected; without it, every row.
+            from .sparse_union import sorted_ids  # sparse_union imports this module
 
-        ids = sorted_ids(plan, unu, u_rows, max_nu) if u_rows else sorted_ids(plan)
-    if ids is None:
-        ids = _ids(plan)
-    direct = sched.splits == 1
-    if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
-        part_o, part_l = _dummies(device)["part_o"], _dummies(device)["part_l"]
-    else:
-        part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
-        part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
-    main(q, kf, vf, ids, table, part_o, part_l, gate, plan.out, lse, unu,
-         *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
-         float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe))  # fmt: skip
-    if not direct:
-        merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
-        merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)
+            ids = sorted_ids(plan, unu, u_rows, max_nu) if u_rows else sorted_ids(plan)
+        if ids is None:
+            ids = _ids(plan)
+        direct = sched.splits == 1
+        if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
+            part_o, part_l = _dummies(device)["part_o"], _dummies(device)["part_l"]
+        else:
+            part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
+            part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
+        main(q, kf, vf, ids, table, part_o, part_l, gate, plan.out, lse, unu,
+             *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
+             float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe))  # fmt: skip
+        if not direct:
+            merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
+            merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)
