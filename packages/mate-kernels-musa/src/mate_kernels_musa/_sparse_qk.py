@@ -18,6 +18,12 @@ than the ``T.gemm`` tile (session 23). The exchange needs one barrier, placed he
 stores; a later block's stores are ordered after these loads by the barriers between them (the
 loop head's wait and the softmax's ``__syncthreads_or``).
 
+Not kept (session 24, probe ``.devrun/s24_ab.py``): each warp's own m16n8 tile of partials kept in
+registers and added to the three loaded ones (a quarter fewer stores and loads; its own column
+pair computed last so the tile is still in ``c_frag``). At the 128-register cap that build spilled
+100 bytes a thread (8 here): paged kernel alone on sorted uniform ids 2773-2775 us against
+2515-2523, over the L2-resident pool 2498 against 2422, decode 64 x 1 83.1-83.4 against 81.2-81.4.
+
 No ``from __future__ import annotations`` here: TileLang reads macro annotations.
 """
 

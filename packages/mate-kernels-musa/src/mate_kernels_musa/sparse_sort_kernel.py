@@ -46,6 +46,14 @@ T = 4095 (1023 blocks + tail, past the union prep's width) uniform 6350 / 5966 /
 against 4966 / 5017 / 5259, 90% overlap 4833 / 4791 / 4792 against 4884 / 4846 / 4845. The
 order pays 11-17% where rows share little and costs ~1-2% (mostly the sort itself) where
 neighbouring rows already read the same blocks, so the prefill schedule always sorts.
+
+Not kept (session 24, probe ``.devrun/s24_ab.py`` against this kernel's copy
+``.devrun/s24_sort_old.py``): a warp multisplit. Each warp ranked its slots within their region
+with ``match.any`` step by step and advanced a per-warp count (a 64 x 8 table instead of 64 x
+256, one scan entry pair per thread), the order (region, warp, step, lane). Output equal to that order on the uniform prefill's ids. Sorting all 4096 rows alone,
+same process, three rounds, us: 65.3-65.4 (51 registers), 57.2-57.3 capped at 40 registers (six
+CTAs per SM, 20 bytes of spill), against 54.2-54.6 for this kernel: the per-step chain (match,
+shared load, ``__syncwarp``, store) costs more than the table scans it saves.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
