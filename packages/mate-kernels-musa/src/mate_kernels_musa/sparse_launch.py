@@ -287,8 +287,9 @@ def _write_empty(plan: SparseAttentionPlan) -> None:
 def _forked(device: torch.device, joins: contextlib.ExitStack) -> Iterator[None]:
     """Run the block on a second stream of ``device``, after the current stream's work so far;
     the current stream waits for it when ``joins`` closes. Capturable (the fork and the join are
-    event waits); the block's tensors were allocated on the current stream, which reuses their
-    memory only after the join. Off CUDA the block runs on the current stream."""
+    event waits). Memory stays safe without ``record_stream``: tensors allocated before the fork
+    belong to the current stream, which reuses their memory only after the join; those the block
+    allocates belong to the second stream. Off CUDA the block runs on the current stream."""
     if device.type != "cuda":
         yield
         return

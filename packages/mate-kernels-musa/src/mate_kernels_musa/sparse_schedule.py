@@ -264,13 +264,18 @@ one split) and ``sms`` the device's multiprocessor count:
   rows 1406 against 1668; 256 requests x 4 rows, all left to the paged kernel by the prep,
   994 against 973 (the prep's early exit 7.6 us, the union and finalize launches 13.7; the
   prep measuring every group instead 35.6); 1024 one-row requests do not take the path.
-  The union kernel and the paged kernel write disjoint rows, so they could run side by side.
-  Not kept (session 13, probe ``.devrun/s13_fork.py``, same process, three rounds, us): the
-  union and finalize kernels on a side stream forked after the prep and joined at the end of
-  the call, against the shipped single-stream order: mixed batch 1382 / 1316 / 1308 against
-  1359 / 1350 / 1350, 90% overlap 1621 / 1600 / 1599 against 1640 / 1633 / 1633, uniform
-  2758 / 2790 / 2792 against 2720 / 2840 / 2840 (results bitwise equal). The kernels barely
-  overlap (the union kernel holds the SMs); 2-3% did not pay for a second stream in every call.
+  The union kernel and the paged kernel write disjoint rows, so they can run side by side.
+  Session 13 (probe ``.devrun/s13_fork.py``, same process, three rounds, us) put the union and
+  finalize kernels on a side stream forked after the prep and joined at the end of the call,
+  against the single-stream order: mixed batch 1382 / 1316 / 1308 against 1359 / 1350 / 1350,
+  90% overlap 1621 / 1600 / 1599 against 1640 / 1633 / 1633, uniform 2758 / 2790 / 2792
+  against 2720 / 2840 / 2840 (results bitwise equal), and kept one stream: the kernels barely
+  overlap (the union kernel holds the SMs), and 2-3% did not seem to pay for a second stream.
+  Session 24 measured it again with the kernels of then (``.devrun/s24_cc.py``): 90% overlap
+  1553-1555 against 1590-1592, mixed 1311-1314 against 1334-1335, uniform 2603-2610 against
+  2607-2622, with spreads well below the gains, and the launcher now forks (``sparse_launch``;
+  the fork and join are two event waits, capturable, and a GPU test replays the forked call
+  in a CUDA graph).
   Per-request row counts are device data, so the host can only bound the largest request;
   The prefill schedule also orders the token ids of the rows the paged kernel computes by
   context region (``sort``, :mod:`.sparse_sort_kernel`) while ``T <= SORT_CAP``, with
