@@ -367,7 +367,7 @@ def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) ->
     change which groups each path computes; before every replay the prep confirms that both paths
     have rows. Each replay matches the reference."""
     from mate_kernels_musa import sparse_attention, sparse_launch
-    from mate_kernels_musa.sparse_schedule import UNION_MAX_FILL, UNION_ROWS
+    from mate_kernels_musa.sparse_schedule import UNION_ROWS
     from mate_kernels_musa.sparse_union import prepare_union
 
     monkeypatch.setenv(sparse_launch.UNION_ENV, "1")  # every group measured (one request here anyway)
@@ -379,7 +379,7 @@ def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) ->
     kw = case.kwargs
     cap = kw["block_table"].shape[1] * kw["key"].shape[1]
     kw["token_indices"].copy_(_half_shared(tuple(kw["token_indices"].shape), cap, gen))
-    max_nu = int(UNION_MAX_FILL * UNION_ROWS * width)
+    max_nu = int(sparse_launch.UNION_MAX_FILL * UNION_ROWS * width)  # the launcher's rule
 
     def both_paths(native) -> None:
         sched = sparse_launch.schedule_for(native)
