@@ -155,6 +155,31 @@ The per-request cost of 512-byte bulk copies outweighs what the LSU path saves. 
 copies between the engines only matches the cp.async gather. A bulk copy needs the K/V rows
 unswizzled in shared memory, so the compiler's swizzled layout is open only to cp.async.
 
+L2 prefetch of the next blocks (session 25, kernel copy ``.devrun/s25_spk.py``, probe
+``.devrun/s25_pf.py``; not kept). At the top of block step ``k``, threads 0-63 prefetched into
+the L2 the 32 K and 32 V rows of block ``k + pf`` (blocks ``1 .. pf - 1`` at step 0), so that a
+CTA has more than one block in flight without more shared memory or registers. The aim was the
+decode tail, when few CTAs remain and each waits on one block's round trip, and the uniform
+prefill's L2 misses. The offsets were read in a preprocessor macro expanded in the kernel, so
+TileLang's sync planner added no barrier (128 registers, no spills). Outputs were bitwise equal
+to the shipped kernel on every case. H200, same process, three rounds, CUDA-graph medians after a
+read flush, us; ``bulk``: one ``cp.async.bulk.prefetch.L2`` of 512 bytes per row, ``lines``: four
+``prefetch.global.L2`` per row (two leases, the shipped kernel in both):
+
+=====================  ===========  ===========  ===========  ===========  ===========
+case                   shipped      bulk, pf 2   bulk, pf 5   lines, pf 1  lines, pf 2
+=====================  ===========  ===========  ===========  ===========  ===========
+decode 64 x 1          81.1-81.6    101.7-102.0  118.9-119.1  87.6-87.9    98.8-99.3
+decode 64 x 4          265.5-266.9  354.6-354.7  447.4-449.1  294.7-296.2  346.0-347.0
+uniform, paged alone   2515-2539    3388-3401    3893-3937    3199-3202    3273-3277
+=====================  ===========  ===========  ===========  ===========  ===========
+
+Through the default path (bulk, pf 2): uniform prefill 3457-3469 against 2583-2593, the mixed
+batch 1467 against 1310-1312. Even ``lines`` at pf 1, whose prefetch comes a fraction of a step
+before the same block's ``cp.async`` and so only repeats its L2 requests, cost 8% on decode and
+27% on uniform blocks: the L2 requests of the gather (or the memory-pipe issue slots behind
+them) bound both shapes, not the number of copies in flight.
+
 Timestamps inside the kernel (globaltimer, thread 0 of each CTA, before the Q change,
 median over CTAs, warm / after a read flush, us) had put the Q load phase at 4.5 / 8.5 per
 CTA, before any K/V gather starts, and the other fixed phases at: row resolution 1.1-1.7;
