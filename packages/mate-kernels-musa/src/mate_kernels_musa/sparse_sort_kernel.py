@@ -54,6 +54,13 @@ with ``match.any`` step by step and advanced a per-warp count (a 64 x 8 table in
 same process, three rounds, us: 65.3-65.4 (51 registers), 57.2-57.3 capped at 40 registers (six
 CTAs per SM, 20 bytes of spill), against 54.2-54.6 for this kernel: the per-step chain (match,
 shared load, ``__syncwarp``, store) costs more than the table scans it saves.
+
+Not kept either (session 25, probe ``.devrun/s25_sort.py``): 128 threads per row instead of 256
+(half the count table to zero and scan per row; 128 registers, so still four CTAs per SM, now
+limited by registers instead of shared memory). Its output equalled its order (``threads = 128``).
+Same process, three rounds, us, 256 / 128: the sort alone 54.2-54.7 / 52.0-52.2; whole calls,
+uniform prefill 2586-2593 / 2583-2596, uniform with the union path off 2507-2521 / 2505-2523, the
+mixed batch 1308-1315 / 1311-1317. The table passes are not what the sort waits on.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
