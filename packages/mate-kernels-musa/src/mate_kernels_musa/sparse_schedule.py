@@ -276,6 +276,15 @@ one split) and ``sms`` the device's multiprocessor count:
   2607-2622, with spreads well below the gains, and the launcher now forks (``sparse_launch``;
   the fork and join are two event waits, capturable, and a GPU test replays the forked call
   in a CUDA graph).
+  Session 25 (probe ``.devrun/s25_sf.py``, same process, three rounds, us, results bitwise
+  equal) tried to hide the union path's no-work grids on uniform blocks. Launching the sort
+  before the fork, so that they queue behind it, was slower: uniform 2604-2616 against
+  2583-2597, 90% overlap 1567-1571 against 1557-1560, mixed 1300-1302 against 1304-1306. With
+  the union path's stream at high priority: uniform 2603-2618 against 2594-2600, overlap
+  unchanged, mixed 1312-1314 against 1306-1307. With the sort, paged and merge kernels on a
+  high-priority stream instead, uniform gained (2572-2591 against 2594-2600), but the paged
+  kernel's 8192 skipping CTAs then went ahead of the union kernel: 90% overlap 1621-1623
+  against 1560-1564, mixed 1345-1346 against 1306-1307. Equal priorities stay.
   Per-request row counts are device data, so the host can only bound the largest request;
   The prefill schedule also orders the token ids of the rows the paged kernel computes by
   context region (``sort``, :mod:`.sparse_sort_kernel`) while ``T <= SORT_CAP``, with
