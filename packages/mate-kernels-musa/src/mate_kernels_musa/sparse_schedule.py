@@ -282,9 +282,10 @@ one split) and ``sms`` the device's multiprocessor count:
   2583-2597, 90% overlap 1567-1571 against 1557-1560, mixed 1300-1302 against 1304-1306. With
   the union path's stream at high priority: uniform 2603-2618 against 2594-2600, overlap
   unchanged, mixed 1312-1314 against 1306-1307. With the sort, paged and merge kernels on a
-  high-priority stream instead, uniform gained (2572-2591 against 2594-2600), but the paged
-  kernel's 8192 skipping CTAs then went ahead of the union kernel: 90% overlap 1621-1623
-  against 1560-1564, mixed 1345-1346 against 1306-1307. Equal priorities stay.
+  high-priority stream instead, uniform gained (2572-2591 against 2594-2600), but 90% overlap
+  took 1621-1623 against 1560-1564 and mixed 1345-1346 against 1306-1307, presumably because
+  the sort's and the paged kernel's skipping CTAs then went ahead of the union kernel (not
+  measured apart). Equal priorities stay.
   Per-request row counts are device data, so the host can only bound the largest request;
   The prefill schedule also orders the token ids of the rows the paged kernel computes by
   context region (``sort``, :mod:`.sparse_sort_kernel`) while ``T <= SORT_CAP``, with
