@@ -11,10 +11,7 @@ tensors with their runtime strides and launches on the current stream:
    kernel with one K/V gather per union token; the paged kernel skips those rows. On CUDA
    the union and finalize kernels run on a second stream (forked from the current one after
    the prep, joined back before the call returns: capturable), beside the sort and paged
-   kernels, which write the other rows. Same process, three rounds, us (session 24, probe
-   ``.devrun/s24_cc.py``, one stream / two): 90%-overlap prefill 1590-1592 / 1553-1555 (the
-   paged kernel's and the sort's no-work grids hide under the union kernel), mixed batch
-   1334-1335 / 1311-1314, uniform blocks 2607-2622 / 2603-2610; outputs bitwise equal.
+   kernels, which write the other rows (measurements: :mod:`.sparse_schedule`).
    Then, on every prefill schedule with ``T <= SORT_CAP`` (``Schedule.sort``),
    :mod:`.sparse_sort_kernel` orders the token ids of the rows the paged kernel computes by
    context region (the CTAs of one request then read its cache in step and share it through
