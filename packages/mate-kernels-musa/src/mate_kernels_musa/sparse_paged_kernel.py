@@ -180,6 +180,39 @@ before the same block's ``cp.async`` and so only repeats its L2 requests, cost 8
 27% on uniform blocks: the L2 requests of the gather (or the memory-pipe issue slots behind
 them) bound both shapes, not the number of copies in flight.
 
+K and V loaded straight into the mma fragments (session 26, kernel copy ``.devrun/s26_spk.py``,
+probe ``.devrun/s26_ab.py``; not kept). Of a block's ~688 shared-memory wavefronts, the gather's
+fill and the K/V ``ldmatrix`` reads are ~512 (counted the same way), so this variant kept K and V out of shared memory:
+each thread loaded with 16-byte global loads exactly the elements of its fragments. The QK k order
+inside each k16 step was permuted (Q's A fragments the same way) so that a lane holds two 16-byte
+pieces of each of its four tokens; the PV n order was permuted so that a lane holds one 16-byte
+piece of each of its eight tokens, packed into B fragments in registers, with a matching
+Fragment layout for the accumulator. K of block ``k + 1`` was loaded after block ``k``'s QK and
+V after its PV, the shipped pipeline's order. It needs 168 registers (three CTAs per SM; capped
+at 128 for four, it spilled 208 bytes) and 9 KB of static shared memory, and it has 4 barriers
+per block against 6. Outputs agreed with the shipped kernel (rel. L2 5.9e-5 to 1.0e-4, LSE
+within 2e-6, the same -inf rows). H200, same process, three rounds, CUDA-graph medians after a
+read flush, us; paged kernel alone on sorted ids, ``pool`` = the uniform ids over a 128-page pool
+that stays in L2:
+
+=======================  ===========  ========================  ===========  ===========
+case                     shipped      ``.nc.L1::no_allocate``   plain LDG    ``.cg``
+=======================  ===========  ========================  ===========  ===========
+uniform, paged alone     2508-2513    3644-3647                 3185-3186    3189-3209
+uniform, pool            2394-2412    3175-3197                 2934-2957    2967-2969
+decode 64 x 1            81.1-81.2    110.4-110.7               110.2-110.8  111.6-112.0
+=======================  ===========  ========================  ===========  ===========
+
+The ``.nc`` build also took 3130-3131 against 2424-2425 with 90% overlap and 364-365 against
+261-262 on decode 64 x 4. A first build read each token's 64 K bytes of a lane quartet in two
+halves, so every K sector was requested twice: uniform 3726-3727, pool 3470-3471, 90% overlap
+3361-3367, decode 64 x 4 368. Capped at four CTAs per SM (spilling), decode 64 x 1 took
+99.5-101.0 and uniform blocks 4021-4032. So without the ``ldmatrix`` traffic the kernel is still
+22-23% slower from the L2 and 36% slower on decode. A load's registers stay reserved until its
+mma issues, which is what costs the fourth CTA per SM; presumably four one-stage cp.async CTAs
+keep more bytes in flight than three register-fed ones (not profiled). Cutting the shared-memory
+traffic this way costs more occupancy than it saves.
+
 Timestamps inside the kernel (globaltimer, thread 0 of each CTA, before the Q change,
 median over CTAs, warm / after a read flush, us) had put the Q load phase at 4.5 / 8.5 per
 CTA, before any K/V gather starts, and the other fixed phases at: row resolution 1.1-1.7;
