@@ -7,7 +7,7 @@ from typing import Any
 
 __all__ = [
     "row_mode", "cta_sum", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
-    "kv_offsets", "kv_tile_gather", "online_softmax_step", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
+    "kv_offsets", "OFFSET_IO", "kv_tile_gather", "online_softmax_step", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
 ]  # fmt: skip
 
 
@@ -234,13 +234,23 @@ def slot_rule() -> Any:
     return rule
 
 
-def kv_offsets(off_t: str) -> Any:
+OFFSET_IO = """
+template <typename P, typename V>
+__device__ __forceinline__ void mate_sts_off(P* p, V v) { *p = static_cast<P>(v); }
+"""
+
+
+def kv_offsets(off_t: str, unseen: bool = False) -> Any:
     """Build the macro ``put(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)``.
 
     Writes slot ``j``'s K and V row offsets (``off_t`` elements of the ``[n, 8]`` row views) for
     slot ``sl`` of page ``pg`` and KV head ``hk``, given the caches' page, slot and head strides;
     a slot that is not ``good`` gets one past the end (``k_end``/``v_end``), which
     :func:`kv_tile_gather` zero-fills and the kernels mask. Shared by the paged and union kernels.
+
+    With ``unseen`` the stores go through an inline device function (:data:`OFFSET_IO`, which the
+    kernel imports) that TileLang's sync planner does not see, so it places no barrier for them:
+    the kernel must order them against the offsets' readers with barriers of its own.
     """
     import tilelang.language as T
 
@@ -249,7 +259,14 @@ def kv_offsets(off_t: str) -> Any:
         koff_s[j] = T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end)
         voff_s[j] = T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end)
 
-    return put
+    @T.macro
+    def put_unseen(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
+        T.call_extern("handle", "mate_sts_off", T.address_of(koff_s[j]),
+                      T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end))  # fmt: skip
+        T.call_extern("handle", "mate_sts_off", T.address_of(voff_s[j]),
+                      T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end))  # fmt: skip
+
+    return put_unseen if unseen else put
 
 
 def kv_tile_gather(block_n: int, dim: int) -> Any:

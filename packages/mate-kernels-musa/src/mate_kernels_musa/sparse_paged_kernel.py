@@ -35,8 +35,41 @@ rows take the union kernel), mixed batch 1324-1326 / 1323-1325, decode 64 x 1 80
 build, with the partials as plain shared-memory stores and loads, let TileLang's sync planner
 put two more barriers into each block: pool 2482-2502, but as given 2794-2809 (7% slower than
 ``T.gemm``) and decode 64 x 1 84.7; :mod:`._sparse_qk` has how the shipped build keeps them
-out. The kernel uses all 128 registers (``ptxas -v``: 8 bytes of spill at group 12, none at
-groups 1 and 16; none with ``T.gemm``).
+out. The kernel uses all 128 registers (``ptxas -v``: 8 bytes of spill at group 12 until session
+26, none since; none at groups 1 and 16; none with ``T.gemm``).
+
+Five barriers per block (session 26, probe ``.devrun/s26_bar.py``, the previous kernel in
+``.devrun/s26_spk_old.py``). The block step waits for K and syncs, sums the QK partials after a
+barrier, takes the softmax's ``__syncthreads_or``, waits for V and syncs, and syncs after PV before
+the next V gather overwrites ``v_s``. TileLang's sync planner also put a sixth, unconditional
+barrier before the next chunk's offset stores, which only the chunk's first block makes. It cannot
+tell the two offset buffers apart. The eager resolution now stores the offsets through an inline
+function the planner does not see (``kv_offsets(..., unseen=True)``, :data:`._sparse_macros.OFFSET_IO`).
+The kernel places the barrier that orders chunk 0's offsets before the first gather itself, and the
+same after each chunk's resolution on the per-chunk path. No other barrier is needed: the stores of
+chunk ``c + 1`` (buffer ``(c + 1) % 2``, made during chunk ``c``'s first block) come after every read
+of that buffer by chunk ``c - 1`` (its last gathers are issued a block earlier and its last mask
+reads precede the current block's barriers). They reach their readers, the gathers of chunk
+``c + 1``, through the barriers of the blocks between. Predicted from session 23's two extra
+barriers (+7% as given, +3-4% over the pool, +2.5 us on decode): uniform blocks -1.5..3.5%, the pool
+-1..2%, decode 64 x 1 -0.5..1.2 us.
+
+Outputs were bitwise equal on every case. H200, same process, three rounds (alternating order),
+CUDA-graph medians after a read flush, us; ``paged`` = the kernel alone on sorted ids, ``pool`` =
+uniform ids over a 128-page pool that stays in L2, ``default`` = the launcher's path:
+
+=====================  =======================  =======================
+case                   six barriers             five barriers
+=====================  =======================  =======================
+uniform, paged         2520 / 2533 / 2520       2501 / 2514 / 2476
+uniform, pool          2393 / 2393 / 2403       2354 / 2355 / 2353
+90% overlap, paged     2405 / 2405 / 2405       2360 / 2360 / 2360
+decode 64 x 1          80.8 / 80.8 / 80.8       79.6 / 79.1 / 79.2
+decode 64 x 4          266.0 / 266.2 / 266.1    264.6 / 264.4 / 264.6
+uniform, default       2599 / 2619 / 2606       2527 / 2589 / 2555
+90% overlap, default   1547 / 1544 / 1554       1544 / 1594 / 1543
+mixed batch, default   1306 / 1307 / 1307       1289 / 1290 / 1290
+=====================  =======================  =======================
 
 Per-element guards (H200, 2026-11-30, same-process A/B, interleaved rounds, us). The Q and
 gate loads index heads ``hk * G + g``, which the compiler cannot bound by ``hq``, so each
@@ -301,6 +334,7 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 from typing import Any
 
 from ._sparse_macros import (
+    OFFSET_IO,
     gated_output_strides,
     kv_offsets,
     kv_tile_gather,
@@ -408,6 +442,7 @@ def sparse_paged_kernel(
     slot = slot_page()
     rule = slot_rule()
     put_offsets = kv_offsets(off_t)
+    put_offsets_unseen = kv_offsets(off_t, unseen=True)  # the eager chunk resolution (resolve_chunk)
     gather = kv_tile_gather(BN, D)
     softmax_step = online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
@@ -447,8 +482,8 @@ def sparse_paged_kernel(
             pg_reg[k] = BT[req, page_column(t_reg[k], page_size, max_pages)]
         for k in T.unroll(PT):
             good, sl = rule(t_reg[k], lim, pg_reg[k], pages, page_size)
-            put_offsets((c % 2) * CH + k * threads + tx, good, pg_reg[k], sl, hk,
-                        kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
+            put_offsets_unseen((c % 2) * CH + k * threads + tx, good, pg_reg[k], sl, hk,
+                               kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
         load_ids(t_reg, TI, r, (b0 + (c + 1) * chunk_blocks) * BN, tok1, tx)
 
     @T.macro
@@ -565,8 +600,9 @@ def sparse_paged_kernel(
             l_acc = T.alloc_fragment([H, BN], acc)  # per-thread shares of the row sums
             alpha = T.alloc_fragment([H], acc)
             qk_bufs = ()
+            if split_qk or eager:
+                T.import_source((PARTIAL_IO if split_qk else "") + (OFFSET_IO if eager else ""))
             if split_qk:
-                T.import_source(PARTIAL_IO)
                 # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
                 # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
                 qk_bufs = (T.alloc_local(qk.q_frag_shape, dtype), T.alloc_local(qk.frag_shape, dtype),
@@ -620,6 +656,7 @@ def sparse_paged_kernel(
                 if nb > 0:
                     resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                   kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
+                T.sync_threads()  # chunk 0's offsets (stores the sync planner does not see) before the first gather
                 for k in T.Pipelined(nb, num_stages=num_stages):
                     # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
                     block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s,
@@ -633,6 +670,7 @@ def sparse_paged_kernel(
                     if eager:
                         resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                       kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx)  # fmt: skip
+                        T.sync_threads()  # the chunk's offsets (unseen stores) before its gathers
                     else:
                         for j in T.Parallel(CH):
                             tok = cb * BN + j
