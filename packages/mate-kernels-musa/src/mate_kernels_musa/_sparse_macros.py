@@ -7,7 +7,8 @@ from typing import Any
 
 __all__ = [
     "row_mode", "cta_sum", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
-    "kv_offsets", "OFFSET_IO", "kv_tile_gather", "online_softmax_step", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
+    "kv_offsets", "OFFSET_IO", "kv_tile_gather", "online_softmax_step", "online_softmax_step_flagged",
+    "SOFTMAX_FLAG_IO", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
 ]  # fmt: skip
 
 
@@ -292,6 +293,25 @@ def kv_tile_gather(block_n: int, dim: int) -> Any:
 RESCALE_SLACK = 8.0  # log2 units a score may exceed the running max before the max is updated (P <= 2^8)
 
 
+def _rescale(rows: int, dim: int) -> Any:
+    """Macro ``rescale(acc_s, m_i, m_prev, alpha, l_acc, acc_o)``: raise the running max ``m_i`` to the
+    tile's row max (a cross-warp reduction) and rescale ``acc_o`` and ``l_acc`` by ``2^(old - new)``."""
+    import tilelang.language as T
+
+    @T.macro
+    def rescale(acc_s, m_i, m_prev, alpha, l_acc, acc_o):
+        T.copy(m_i, m_prev)
+        T.reduce_max(acc_s, m_i, dim=1, clear=False)
+        for g in T.Parallel(rows):
+            alpha[g] = T.exp2(m_prev[g] - m_i[g])
+        for g, d in T.Parallel(rows, dim):
+            acc_o[g, d] = acc_o[g, d] * alpha[g]
+        for g, j in T.Parallel(rows, acc_s.shape[1]):
+            l_acc[g, j] = l_acc[g, j] * alpha[g]
+
+    return rescale
+
+
 def online_softmax_step(rows: int, dim: int) -> Any:
     """Macro ``step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s)``: one FP32 online-softmax
     update (log2 domain) of ``rows`` score rows and the P V product.
@@ -310,16 +330,7 @@ def online_softmax_step(rows: int, dim: int) -> Any:
     """
     import tilelang.language as T
 
-    @T.macro
-    def rescale(acc_s, m_i, m_prev, alpha, l_acc, acc_o):
-        T.copy(m_i, m_prev)
-        T.reduce_max(acc_s, m_i, dim=1, clear=False)
-        for g in T.Parallel(rows):
-            alpha[g] = T.exp2(m_prev[g] - m_i[g])
-        for g, d in T.Parallel(rows, dim):
-            acc_o[g, d] = acc_o[g, d] * alpha[g]
-        for g, j in T.Parallel(rows, acc_s.shape[1]):
-            l_acc[g, j] = l_acc[g, j] * alpha[g]
+    rescale = _rescale(rows, dim)
 
     @T.macro
     def step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s):
@@ -334,6 +345,71 @@ def online_softmax_step(rows: int, dim: int) -> Any:
             acc_s[g, j] = T.exp2(acc_s[g, j] - m_i[g])
             l_acc[g, j] = l_acc[g, j] + acc_s[g, j]
         T.copy(acc_s, p_s)
+        T.gemm(p_s, v_s, acc_o)
+
+    return step
+
+
+SOFTMAX_FLAG_IO = """
+__device__ __forceinline__ void mate_flag_set(int* p) { *p = 1; }
+__device__ __forceinline__ void mate_flag_clear(int* p) { *p = 0; }
+template <typename V> __device__ __forceinline__ int mate_flag_read(const int* p, V) { return *(const volatile int*)p; }
+template <typename P> __device__ __forceinline__ void mate_sts_p2(P* p, float a, float b) { p[0] = P(a); p[1] = P(b); }
+"""
+
+
+def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int) -> Any:
+    """Macro ``step(acc_s, p_tmp, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s, flag_s)``: the update of
+    :func:`online_softmax_step` without its ``__syncthreads_or``, bitwise equal to it.
+
+    For the paged kernel's feature-split score tile (warp ``w`` owns columns ``w * block_n / warps
+    ..``, lane ``l`` rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4) + {0, 1}`` of them; ``p_tmp``
+    is a float32 ``[rows, block_n]`` fragment laid out like ``acc_s``, ``flag_s`` a one-int shared
+    buffer that is 0 when the step starts). A thread whose score exceeds the max by more than the
+    slack sets the flag. Every thread stores P against the current max, then reads the flag behind
+    the barrier the gather pipeline already places before PV: the read also takes a ``v_s`` element,
+    so the pipeliner orders it after V's wait. Only when the flag is set (the first block, and rarely
+    after) is the max raised, P recomputed and stored again (through :data:`SOFTMAX_FLAG_IO`, which
+    the sync planner does not see), behind a barrier of its own. The kernel clears the flag at the
+    start of each block (thread 0; the barriers after PV and before QK order it) and imports
+    :data:`SOFTMAX_FLAG_IO`.
+    """
+    import tilelang.language as T
+
+    rescale = _rescale(rows, dim)
+    cw = block_n // (threads // 32)
+
+    @T.macro
+    def store_p(p_tmp, p_s):
+        # This thread's four probabilities (its two rows, its column pair), as the score layout holds them.
+        tx = T.get_thread_binding()
+        for h in T.unroll(2):
+            g = (tx % 32) // 4 + h * 8
+            j = (tx // 32) * cw + (tx % 4) * 2
+            T.call_extern("handle", "mate_sts_p2", T.address_of(p_s[g, j]), p_tmp[g, j], p_tmp[g, j + 1])
+
+    @T.macro
+    def step(acc_s, p_tmp, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s, flag_s):
+        over = T.alloc_var("int32", init=0)
+        for g, j in T.Parallel(rows, block_n):
+            if acc_s[g, j] > m_i[g] + RESCALE_SLACK:
+                over = 1
+        if over != 0:
+            T.call_extern("handle", "mate_flag_set", T.address_of(flag_s[0]))
+        for g, j in T.Parallel(rows, block_n):
+            p_tmp[g, j] = T.exp2(acc_s[g, j] - m_i[g])
+        T.copy(p_tmp, p_s)
+        any_over = T.alloc_var(
+            "int32", init=T.call_extern("int32", "mate_flag_read", T.address_of(flag_s[0]), v_s[0, 0])
+        )
+        if any_over != 0:
+            rescale(acc_s, m_i, m_prev, alpha, l_acc, acc_o)
+            for g, j in T.Parallel(rows, block_n):
+                p_tmp[g, j] = T.exp2(acc_s[g, j] - m_i[g])
+            store_p(p_tmp, p_s)
+            T.sync_threads()
+        for g, j in T.Parallel(rows, block_n):
+            l_acc[g, j] = l_acc[g, j] + p_tmp[g, j]
         T.gemm(p_s, v_s, acc_o)
 
     return step

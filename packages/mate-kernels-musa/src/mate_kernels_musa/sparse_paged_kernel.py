@@ -335,10 +335,12 @@ from typing import Any
 
 from ._sparse_macros import (
     OFFSET_IO,
+    SOFTMAX_FLAG_IO,
     gated_output_strides,
     kv_offsets,
     kv_tile_gather,
     online_softmax_step,
+    online_softmax_step_flagged,
     page_column,
     resolve_row_limit,
     resolve_row_limit_parallel,
@@ -444,7 +446,8 @@ def sparse_paged_kernel(
     put_offsets = kv_offsets(off_t)
     put_offsets_unseen = kv_offsets(off_t, unseen=True)  # the eager chunk resolution (resolve_chunk)
     gather = kv_tile_gather(BN, D)
-    softmax_step = online_softmax_step(H, D)
+    # The split-QK tile takes the softmax without its __syncthreads_or (four barriers per block).
+    softmax_step = online_softmax_step_flagged(H, D, BN, threads) if split_qk else online_softmax_step(H, D)
     resolve_par = resolve_row_limit_parallel(threads)
     qk = FeatureSplitQK(dtype, H, BN, threads, D) if split_qk else None
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
@@ -488,16 +491,23 @@ def sparse_paged_kernel(
 
     @T.macro
     def block_step(base, q_s, qk_bufs, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha,
-                   l_acc, acc_o):  # fmt: skip
+                   l_acc, acc_o, p_tmp, flag_s):  # fmt: skip
         # Slots base .. base + BN of the offset buffers: gather, QK, mask, online softmax, PV.
         gather(k_s, v_s, KF, VF, koff_s, voff_s, base)
+        if split_qk:
+            # The flagged softmax's flag starts each block at 0 (after the last block's read and PV barrier).
+            if T.get_thread_binding() == 0:
+                T.call_extern("handle", "mate_flag_clear", T.address_of(flag_s[0]))
         if split_qk:
             qk.scores(k_s, *qk_bufs, acc_s)
         else:
             T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
         for g, j in T.Parallel(H, BN):
             acc_s[g, j] = T.if_then_else(koff_s[base + j] != k_end, acc_s[g, j] * sl2, -T.infinity(acc))
-        softmax_step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s)
+        if split_qk:
+            softmax_step(acc_s, p_tmp, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s, flag_s)
+        else:
+            softmax_step(acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s)
 
     def head_of(hk, g):
         # Global head of tile row g, clamped to the group and to hq - 1: an index the compiler can
@@ -599,17 +609,20 @@ def sparse_paged_kernel(
             l_i = T.alloc_fragment([H], acc)
             l_acc = T.alloc_fragment([H, BN], acc)  # per-thread shares of the row sums
             alpha = T.alloc_fragment([H], acc)
+            p_tmp = flag_s = None
             qk_bufs = ()
             if split_qk or eager:
-                T.import_source((PARTIAL_IO if split_qk else "") + (OFFSET_IO if eager else ""))
+                T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + (OFFSET_IO if eager else ""))
             if split_qk:
                 # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
                 # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
                 qk_bufs = (T.alloc_local(qk.q_frag_shape, dtype), T.alloc_local(qk.frag_shape, dtype),
                            T.alloc_local(qk.frag_shape, acc), T.alloc_shared(qk.red_shape, acc))  # fmt: skip
+                p_tmp = T.alloc_fragment([H, BN], acc)  # the flagged softmax's P
+                flag_s = T.alloc_shared([1], "int32", scope="shared")
                 scores = qk.score_layout([H, BN])
                 T.annotate_layout({q_s: make_swizzled_layout(q_s), k_s: make_swizzled_layout(k_s),
-                                   acc_s: scores, l_acc: scores})  # fmt: skip
+                                   acc_s: scores, l_acc: scores, p_tmp: scores})  # fmt: skip
 
             # This split's share of the row's BN-slot blocks: [blk0, blk1).
             n_blk = T.ceildiv(n_tok, BN)
@@ -660,7 +673,7 @@ def sparse_paged_kernel(
                 for k in T.Pipelined(nb, num_stages=num_stages):
                     # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
                     block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s,
-                               KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o)  # fmt: skip
+                               KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
                     if k % chunk_blocks == 0 and k + chunk_blocks < nb:
                         resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
                                       kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
@@ -679,7 +692,7 @@ def sparse_paged_kernel(
                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
                     for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
                         block_step(k * BN, q_s, qk_bufs, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2,
-                                   acc_s, m_i, m_prev, alpha, l_acc, acc_o)  # fmt: skip
+                                   acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
 
             T.reduce_sum(l_acc, l_i, dim=1)
             if skip == 0:
