@@ -54,7 +54,12 @@ def test_sparse_kernel_compiles(spec) -> None:
         q_reads = len(re.findall(r"ldmatrix_x4\(\(&\(\(\((?:bfloat16_t|half_t)\*\)q_s\)", src))
         if consts[-1]:  # split_qk: one ldmatrix of Q per CTA (before the block loop), none per block
             assert q_reads == 1 and "mate_sts_f2(" in src
+            # The flagged softmax: no __syncthreads_or, the rescale flag read behind the barrier before PV.
+            assert "__syncthreads_or" not in src and "mate_flag_read(" in src
         else:  # T.gemm reads Q in every block step (one pipeline per chunk and one per split)
             assert q_reads >= 2 and "mate_sts_f2(" not in src
+            assert "__syncthreads_or" in src and "mate_flag_read(" not in src
+        # Eager tiles store the chunk offsets where the sync planner does not see them (no barrier per block).
+        assert ("mate_sts_off(" in src) == bool(consts[9])
     else:
         assert "expf" in src  # merge weights and sigmoid in FP32
