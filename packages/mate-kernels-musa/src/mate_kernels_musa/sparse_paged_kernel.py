@@ -523,7 +523,6 @@ def sparse_paged_kernel(
             # The flagged softmax's flag starts each block at 0 (after the last block's read and PV barrier).
             if T.get_thread_binding() == 0:
                 T.call_extern("handle", "mate_flag_clear", T.address_of(flag_s[0]))
-        if split_qk:
             qk.scores(k_s, *qk_bufs, acc_s)
         else:
             T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
