@@ -15,8 +15,8 @@ The partial stores and loads go through two inline device functions (:data:`PART
 TileLang's sync planner does not see as shared-memory accesses: given them as buffer accesses it
 placed two barriers per block more than the exchange needs, which made uniform blocks 7% slower
 than the ``T.gemm`` tile (session 23). The exchange needs one barrier, placed here after the
-stores; a later block's stores are ordered after these loads by the barriers between them (the
-loop head's wait and the softmax's ``__syncthreads_or``).
+stores; a later block's stores are ordered after these loads by the barriers between them (V's
+wait before PV, the barrier after PV and the loop head's wait).
 
 Not kept (session 24, probe ``.devrun/s24_ab.py``): each warp's own m16n8 tile of partials kept in
 registers and added to the three loaded ones (a quarter fewer stores and loads; its own column

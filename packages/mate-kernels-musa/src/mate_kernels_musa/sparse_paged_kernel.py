@@ -315,8 +315,9 @@ of a block was a cross-warp reduction: TileLang's ``AllReduce`` over 128 threads
 barriers per row a thread holds, twenty per block. Now each thread keeps its share of the
 row sums (one reduction after the last block) and the max is only updated when a score of
 the block exceeds it by more than ``RESCALE_SLACK`` (8, log2 units; P stays <= 256), which
-one ``__syncthreads_or`` tells the CTA; the first block with a usable slot always updates
-it. Any common reference value gives the same softmax, so results differ from the exact
+one ``__syncthreads_or`` tells the CTA (since session 26 a flag read behind the barrier before
+PV on the split-QK tiles: "Four barriers per block" above); the first block with a usable slot
+always updates it. Any common reference value gives the same softmax, so results differ from the exact
 running max only in the rounding of P (rel. L2 0.0052 against 0.0051 on the suite shapes,
 same LSE error, bitwise repeatable). H200, same process, three interleaved rounds, CUDA-graph
 medians after a read flush, us (``paged``: ``MATE_SPARSE_UNION=0``; ``default``: the
