@@ -363,7 +363,8 @@ def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int)
     :func:`online_softmax_step` without its ``__syncthreads_or``, bitwise equal to it.
 
     For the paged kernel's feature-split score tile (warp ``w`` owns columns ``w * block_n / warps
-    ..``, lane ``l`` rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4) + {0, 1}`` of them; ``p_tmp``
+    ..``, lane ``l`` rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4) + {0, 1}`` of each 8-column
+    tile of them; ``p_tmp``
     is a float32 ``[rows, block_n]`` fragment laid out like ``acc_s``, ``flag_s`` a one-int shared
     buffer that is 0 when the step starts). A thread whose score exceeds the max by more than the
     slack sets the flag. Every thread stores P against the current max, then reads the flag behind
@@ -376,17 +377,24 @@ def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int)
     """
     import tilelang.language as T
 
+    cw = block_n // max(threads // 32, 1)  # score columns of one warp
+    if rows != 16 or threads % 32 or cw % 8:
+        raise ValueError(
+            f"online_softmax_step_flagged needs the 16-row feature-split score tile (rows == 16, whole warps, "
+            f"block_n / warps a multiple of 8); got rows={rows}, block_n={block_n}, threads={threads}"
+        )
     rescale = _rescale(rows, dim)
-    cw = block_n // (threads // 32)
 
     @T.macro
     def store_p(p_tmp, p_s):
-        # This thread's four probabilities (its two rows, its column pair), as the score layout holds them.
+        # This thread's probabilities (rows l / 4 and l / 4 + 8, a column pair in each 8-column tile of
+        # its warp), as the score layout holds them.
         tx = T.get_thread_binding()
         for h in T.unroll(2):
-            g = (tx % 32) // 4 + h * 8
-            j = (tx // 32) * cw + (tx % 4) * 2
-            T.call_extern("handle", "mate_sts_p2", T.address_of(p_s[g, j]), p_tmp[g, j], p_tmp[g, j + 1])
+            for n8 in T.unroll(cw // 8):
+                g = (tx % 32) // 4 + h * 8
+                j = (tx // 32) * cw + n8 * 8 + (tx % 4) * 2
+                T.call_extern("handle", "mate_sts_p2", T.address_of(p_s[g, j]), p_tmp[g, j], p_tmp[g, j + 1])
 
     @T.macro
     def step(acc_s, p_tmp, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s, flag_s):
