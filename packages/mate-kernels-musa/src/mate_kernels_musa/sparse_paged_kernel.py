@@ -54,23 +54,6 @@ reads precede the current block's barriers). They reach their readers, the gathe
 barriers (+7% as given, +3-4% over the pool, +2.5 us on decode): uniform blocks -1.5..3.5%, the pool
 -1..2%, decode 64 x 1 -0.5..1.2 us.
 
-Outputs were bitwise equal on every case. H200, same process, three rounds (alternating order),
-CUDA-graph medians after a read flush, us; ``paged`` = the kernel alone on sorted ids, ``pool`` =
-uniform ids over a 128-page pool that stays in L2, ``default`` = the launcher's path:
-
-=====================  =======================  =======================
-case                   six barriers             five barriers
-=====================  =======================  =======================
-uniform, paged         2520 / 2533 / 2520       2501 / 2514 / 2476
-uniform, pool          2393 / 2393 / 2403       2354 / 2355 / 2353
-90% overlap, paged     2405 / 2405 / 2405       2360 / 2360 / 2360
-decode 64 x 1          80.8 / 80.8 / 80.8       79.6 / 79.1 / 79.2
-decode 64 x 4          266.0 / 266.2 / 266.1    264.6 / 264.4 / 264.6
-uniform, default       2599 / 2619 / 2606       2527 / 2589 / 2555
-90% overlap, default   1547 / 1544 / 1554       1544 / 1594 / 1543
-mixed batch, default   1306 / 1307 / 1307       1289 / 1290 / 1290
-=====================  =======================  =======================
-
 Four barriers per block (the same session, the split-QK tiles; probe ``.devrun/s26_flag.py``, its
 kernel copy ``.devrun/s26_spk_flag.py``). The softmax's ``__syncthreads_or`` is gone
 (:func:`._sparse_macros.online_softmax_step_flagged`). A thread whose score exceeds the max by
@@ -78,23 +61,25 @@ more than the slack sets a shared flag, and every thread stores P against the cu
 flag is read after the barrier the pipeline already places before PV: the read takes a ``v_s``
 element, so the pipeliner puts V's wait and barrier before it. Only when the flag is set (the
 first block, and rarely after) is the max raised and P recomputed, then stored again behind a
-barrier of its own. Outputs were bitwise equal on every case (against the five-barrier kernel, on
-another lease):
+barrier of its own. Predicted: -0.5..2% on the prefill shapes, -0.3..1.5 us on decode 64 x 1.
 
-=====================  =======================  =======================
-case                   five barriers            four barriers
-=====================  =======================  =======================
-uniform, paged         2446 / 2444 / 2445       2427 / 2436 / 2427
-uniform, pool          2373 / 2373 / 2374       2352 / 2352 / 2352
-90% overlap, paged     2380 / 2379 / 2380       2358 / 2358 / 2358
-decode 64 x 1          78.8 / 78.8 / 78.7       78.4 / 78.2 / 78.4
-decode 64 x 4          259.7 / 259.8 / 259.7    259.5 / 259.3 / 259.2
-uniform, default       2531 / 2529 / 2524       2499 / 2506 / 2510
-90% overlap, default   1561 / 1556 / 1558       1558 / 1595 / 1557
-mixed batch, default   1287 / 1288 / 1287       1286 / 1285 / 1287
-=====================  =======================  =======================
+Both steps gave bitwise-equal outputs on every case. H200, same process, three rounds (alternating
+order), CUDA-graph medians after a read flush, us; six against five barriers on one lease, five
+against four on another; ``paged`` = the kernel alone on sorted ids, ``pool`` = uniform ids over a
+128-page pool that stays in L2, ``default`` = the launcher's path:
 
-The prediction had been -0.5..2% on the prefill shapes and -0.3..1.5 us on decode 64 x 1.
+=====================  ===========  ===========  ===========  ===========
+case                   six          five         five         four
+=====================  ===========  ===========  ===========  ===========
+uniform, paged         2520-2533    2476-2514    2444-2446    2427-2436
+uniform, pool          2393-2403    2353-2355    2373-2374    2352
+90% overlap, paged     2405         2360         2379-2380    2358
+decode 64 x 1          80.8         79.1-79.6    78.7-78.8    78.2-78.4
+decode 64 x 4          266.0-266.2  264.4-264.6  259.7-259.8  259.2-259.5
+uniform, default       2599-2619    2527-2589    2524-2531    2499-2510
+90% overlap, default   1544-1554    1543-1594    1556-1561    1557-1595
+mixed batch, default   1306-1307    1289-1290    1287-1288    1285-1287
+=====================  ===========  ===========  ===========  ===========
 
 Per-element guards (H200, 2026-11-30, same-process A/B, interleaved rounds, us). The Q and
 gate loads index heads ``hk * G + g``, which the compiler cannot bound by ``hq``, so each
