@@ -362,11 +362,10 @@ def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int)
     """Macro ``step(acc_s, p_tmp, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s, flag_s)``: the update of
     :func:`online_softmax_step` without its ``__syncthreads_or``, bitwise equal to it.
 
-    For the paged kernel's feature-split score tile (warp ``w`` owns columns ``w * block_n / warps
-    ..``, lane ``l`` rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4) + {0, 1}`` of each 8-column
-    tile of them; ``p_tmp``
-    is a float32 ``[rows, block_n]`` fragment laid out like ``acc_s``, ``flag_s`` a one-int shared
-    buffer that is 0 when the step starts). A thread whose score exceeds the max by more than the
+    For the paged kernel's feature-split score tile: warp ``w`` owns columns ``w * block_n / warps
+    ..``, lane ``l`` rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4) + {0, 1}`` of each
+    8-column tile of them. ``p_tmp`` is a float32 ``[rows, block_n]`` fragment laid out like
+    ``acc_s``, ``flag_s`` a one-int shared buffer that is 0 when the step starts. A thread whose score exceeds the max by more than the
     slack sets the flag. Every thread stores P against the current max, then reads the flag behind
     the barrier the gather pipeline already places before PV: the read also takes a ``v_s`` element,
     so the pipeliner orders it after V's wait. Only when the flag is set (the first block, and rarely

@@ -225,8 +225,9 @@ them) bound both shapes, not the number of copies in flight.
 
 K and V loaded straight into the mma fragments (session 26, kernel copy ``.devrun/s26_spk.py``,
 probe ``.devrun/s26_ab.py``; not kept). Of a block's ~688 shared-memory wavefronts, the gather's
-fill and the K/V ``ldmatrix`` reads are ~512 (counted the same way), so this variant kept K and V out of shared memory:
-each thread loaded with 16-byte global loads exactly the elements of its fragments. The QK k order
+fill and the K/V ``ldmatrix`` reads are ~512 (counted the same way), so this variant kept K and V
+out of shared memory: each thread loaded with 16-byte global loads exactly the elements of its
+fragments. The QK k order
 inside each k16 step was permuted (Q's A fragments the same way) so that a lane holds two 16-byte
 pieces of each of its four tokens; the PV n order was permuted so that a lane holds one 16-byte
 piece of each of its eight tokens, packed into B fragments in registers, with a matching
@@ -302,8 +303,8 @@ row sums (one reduction after the last block) and the max is only updated when a
 the block exceeds it by more than ``RESCALE_SLACK`` (8, log2 units; P stays <= 256), which
 one ``__syncthreads_or`` tells the CTA (since session 26 a flag read behind the barrier before
 PV on the split-QK tiles: "Four barriers per block" above); the first block with a usable slot
-always updates it. Any common reference value gives the same softmax, so results differ from the exact
-running max only in the rounding of P (rel. L2 0.0052 against 0.0051 on the suite shapes,
+always updates it. Any common reference value gives the same softmax, so results differ from the
+exact running max only in the rounding of P (rel. L2 0.0052 against 0.0051 on the suite shapes,
 same LSE error, bitwise repeatable). H200, same process, three interleaved rounds, CUDA-graph
 medians after a read flush, us (``paged``: ``MATE_SPARSE_UNION=0``; ``default``: the
 launcher's path, whose union kernel holds whole rows per warp and had no cross-warp
