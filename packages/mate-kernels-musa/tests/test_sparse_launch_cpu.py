@@ -16,6 +16,8 @@ import math
 import mate_kernels_musa_tests_sparse_cases as cases  # registered by conftest.py
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mate_core import plan_sparse_attention
 from mate_kernels_musa import sparse_launch
@@ -53,12 +55,26 @@ def _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, 
     return (req, lim, cnt) if count else (req, lim)
 
 
+def _fast_divmod(page_size, magic, shift):
+    """``t -> (t // page_size, t % page_size)`` for ``0 <= t < 2^31`` the way ``_sparse_macros.fast_div``
+    computes it from the launcher's ``(magic, shift)``; wrong magic numbers give wrong pages here too."""
+
+    def split(t):
+        assert 0 <= t < 2**31 and 0 <= magic < 2**32
+        q = (((t * magic) >> 32) + t) >> shift
+        return q, t - q * page_size
+
+    return split
+
+
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype,
                    split_qk):  # fmt: skip
     def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
             has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
-            has_gate, has_lse, u_rows, max_nu, one_pipe):  # fmt: skip
+            has_gate, has_lse, u_rows, max_nu, one_pipe, ps_magic, ps_shift):  # fmt: skip
         rows, hq, dim = Q.shape
+        # The eager chunk resolution divides by the page size with the launcher's magic numbers.
+        split = _fast_divmod(page_size, ps_magic, ps_shift) if eager else lambda t: divmod(t, page_size)
         if direct:  # one split: the epilogue applies the gate and writes OUT/LSE (OP/LP are dummies)
             assert splits == 1 and OP.numel() == dim and LP.numel() == 1
             OP = torch.empty(1, rows, hq, dim)
@@ -78,11 +94,12 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
                         t = int(TI[r, tok])
                         if not 0 <= t <= lim:
                             continue
-                        pg = int(BT[req, min(t // page_size, max_pages - 1)])
+                        col, sl = split(t)
+                        pg = int(BT[req, min(col, max_pages - 1)])
                         if not 0 <= pg < pages:
                             continue
-                        ko = pg * kp + (t % page_size) * ks + hk * kh
-                        vo = pg * vp + (t % page_size) * vs + hk * vh
+                        ko = pg * kp + sl * ks + hk * kh
+                        vo = pg * vp + sl * vs + hk * vh
                         keys.append(KF[ko : ko + dim // 8].reshape(dim).double())
                         vals.append(VF[vo : vo + dim // 8].reshape(dim).double())
                     heads = slice(hk * group, (hk + 1) * group)
@@ -135,7 +152,8 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
     from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED, seen_bit
 
     def run(TI, BT, U, C, NU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap, has_slq, has_slk, has_qp, pages,
-            page_size, max_nu, min_rows):  # fmt: skip
+            page_size, max_nu, min_rows, ps_magic, ps_shift):  # fmt: skip
+        split = _fast_divmod(page_size, ps_magic, ps_shift)
         r_grp, (rows, n_tok), max_pages = rows_per_cta, TI.shape, BT.shape[1]
         meta = (mode, q_len, n_iter, BT.shape[0], cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
         for g in range(NU.shape[0]):
@@ -152,9 +170,10 @@ def _emulate_union_prep(rows_per_cta, t_cap, threads, buckets, count_dtype):
                     req, lim = _resolve(r, *meta)
                     for p in range(n_tok):
                         t = int(TI[r, p])
-                        pg = int(BT[req, min(t // page_size, max_pages - 1)]) if 0 <= t <= lim else -1
+                        col, sl = split(max(t, 0))
+                        pg = int(BT[req, min(col, max_pages - 1)]) if 0 <= t <= lim else -1
                         if 0 <= pg < pages:
-                            counts.setdefault(pg * page_size + t % page_size, [0] * r_grp)[i] += 1
+                            counts.setdefault(pg * page_size + sl, [0] * r_grp)[i] += 1
                 if i + 1 == r_grp or (i + 1) * n_tok > max_nu:
                     bound = len({seen_bit(x) for x in counts})
                     if bound > max_nu:
@@ -554,3 +573,27 @@ def test_precompile_covers_the_launcher(emulated, monkeypatch, gen: torch.Genera
                      "sparse_finalize_kernel", "sparse_sort_kernel"}, names  # fmt: skip
     listed = {(s.factory, s.consts) for s in precompile.launcher_specializations()}
     assert built <= listed, built - listed
+
+
+@settings(max_examples=400, deadline=None)
+@given(d=st.one_of(st.integers(1, 4096), st.integers(1, 2**31 - 1), st.sampled_from([2**k for k in range(31)])),
+       n=st.one_of(st.integers(0, 2**31 - 1), st.integers(0, 4096)))  # fmt: skip
+def test_page_divisor_divides_exactly(d: int, n: int) -> None:
+    """``page_divisor``'s magic numbers give ``n // d`` for every int32 id ``n >= 0`` (the sum in
+    ``fast_div`` stays below 2^32), also at a multiple of ``d`` and one below it."""
+    from mate_kernels_musa._sparse_macros import page_divisor
+
+    magic, shift = page_divisor(d)
+    assert 0 < magic < 2**32 and 0 <= shift <= 31
+    for x in {n, n - n % d, max(n - n % d - 1, 0)}:
+        hi = (x * magic) >> 32
+        assert hi + x < 2**32
+        assert (hi + x) >> shift == x // d, (d, x)
+
+
+@pytest.mark.parametrize("bad", [0, -64, 2**31])
+def test_page_divisor_rejects_out_of_range(bad: int) -> None:
+    from mate_kernels_musa._sparse_macros import page_divisor
+
+    with pytest.raises(ValueError, match="page_size"):
+        page_divisor(bad)

@@ -58,7 +58,7 @@ from mate_core.plans import SparseAttentionPlan
 
 from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build, profile_name
-from ._sparse_macros import row_mode
+from ._sparse_macros import page_divisor, row_mode
 from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, UNION_MIN_ROWS_PER_REQUEST, Schedule, choose_schedule
 
 __all__ = [
@@ -368,7 +368,8 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
             part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
         main(q, kf, vf, ids, table, part_o, part_l, gate, plan.out, lse, unu,
              *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
-             float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe))  # fmt: skip
+             float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe),
+             *page_divisor(page_size))  # fmt: skip
         if not direct:
             merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
             merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)

@@ -440,7 +440,9 @@ def sparse_paged_kernel(
     the chunk's first block) into the other half of double-buffered offset arrays, so the
     gather never drains at a chunk boundary (faster on the decode and the prefill shapes of
     :mod:`.sparse_schedule`; every schedule the launcher picks runs it); 0 = one pipeline per
-    chunk (kept for the benchmark sweep).
+    chunk (kept for the benchmark sweep); ``ps_magic``, ``ps_shift``: the page size's
+    :func:`._sparse_macros.page_divisor` (the eager chunk resolution divides by it with
+    :func:`._sparse_macros.fast_div`).
     """
     import tilelang.language as T
     from tilelang.layout import make_swizzled_layout
@@ -454,7 +456,7 @@ def sparse_paged_kernel(
     off_t = "int64" if wide else "int32"
     resolve = resolve_row_limit()
     slot = slot_page()
-    rule = slot_rule()
+    rule = slot_rule(fast=True)  # the eager chunk resolution: the page size's magic division
     put_offsets = kv_offsets(off_t)
     put_offsets_unseen = kv_offsets(off_t, unseen=True)  # the eager chunk resolution (resolve_chunk)
     gather = kv_tile_gather(BN, D)
@@ -489,14 +491,14 @@ def sparse_paged_kernel(
 
     @T.macro
     def resolve_chunk(c, t_reg, pg_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s,
-                      k_end, v_end, b0, tok1, TI, r, tx):  # fmt: skip
+                      k_end, v_end, b0, tok1, TI, r, tx, ps_magic, ps_shift):  # fmt: skip
         # Chunk c (counted from block b0; ids already in t_reg) into buffer c % 2, then chunk c + 1's ids into t_reg.
         # Every slot's page is read, used or not (the column is clamped into the table): the reads
         # depend on the request only, not on lim, so on the first chunk they overlap the length loads.
         for k in T.unroll(PT):
-            pg_reg[k] = BT[req, page_column(t_reg[k], page_size, max_pages)]
+            pg_reg[k] = BT[req, page_column(t_reg[k], page_size, max_pages, (ps_magic, ps_shift))]
         for k in T.unroll(PT):
-            good, sl = rule(t_reg[k], lim, pg_reg[k], pages, page_size)
+            good, sl = rule(t_reg[k], lim, pg_reg[k], pages, page_size, ps_magic, ps_shift)
             put_offsets_unseen((c % 2) * CH + k * threads + tx, good, pg_reg[k], sl, hk,
                                kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
         load_ids(t_reg, TI, r, (b0 + (c + 1) * chunk_blocks) * BN, tok1, tx)
@@ -597,6 +599,8 @@ def sparse_paged_kernel(
         u_rows: T.int32,
         max_nu: T.int32,
         one_pipe: T.int32,
+        ps_magic: T.int64,
+        ps_shift: T.int32,
     ):
         with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
             if min_blocks > 1:
@@ -678,8 +682,8 @@ def sparse_paged_kernel(
             nb = T.max(blk1 - blk0, 0) * (1 - skip)
             if eager and one_pipe != 0:
                 if nb > 0:
-                    resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
-                                  kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
+                    resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh,
+                                  koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx, ps_magic, ps_shift)  # fmt: skip
                 T.sync_threads()  # chunk 0's offsets (stores the sync planner does not see) before the first gather
                 for k in T.Pipelined(nb, num_stages=num_stages):
                     # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
@@ -687,13 +691,15 @@ def sparse_paged_kernel(
                                KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
                     if k % chunk_blocks == 0 and k + chunk_blocks < nb:
                         resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
-                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx)  # fmt: skip
+                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx,
+                                      ps_magic, ps_shift)  # fmt: skip
             else:
                 for c in T.serial(T.ceildiv(nb, chunk_blocks)):
                     cb = blk0 + c * chunk_blocks
                     if eager:
                         resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
-                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx)  # fmt: skip
+                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx, ps_magic,
+                                      ps_shift)  # fmt: skip
                         T.sync_threads()  # the chunk's offsets (unseen stores) before its gathers
                     else:
                         for j in T.Parallel(CH):

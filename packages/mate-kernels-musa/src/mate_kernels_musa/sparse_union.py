@@ -70,6 +70,7 @@ from . import (
     sparse_union_kernel,
 )
 from ._build import build, profile_name
+from ._sparse_macros import page_divisor
 from .sparse_launch import (
     _DTYPES,
     _INT32_LIMIT,
@@ -287,7 +288,8 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
                    *fused_consts(r))  # fmt: skip
     if row_args is None:
         row_args = _row_args(plan, table.shape[1] * page_size)
-    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, INT32_MAX), min_rows)
+    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, INT32_MAX), min_rows,
+           *page_divisor(page_size))  # fmt: skip
     return u, nu, counts
 
 

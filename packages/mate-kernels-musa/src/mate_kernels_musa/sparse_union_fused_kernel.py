@@ -148,7 +148,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     them to the paged kernel); min_rows: a group with a
     row of a request of fewer rows (``PHYSICAL`` mode: none) reads no token id and writes
     ``NU[g] = UNMEASURED`` only, right after resolving its rows (0 = measure every group;
-    needs ``max_nu < UNMEASURED``).
+    needs ``max_nu < UNMEASURED``); ps_magic, ps_shift: ``_sparse_macros.page_divisor(page_size)``.
     """
     import tilelang.language as T
 
@@ -171,7 +171,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     if NB & (NB - 1) or NB % threads or SEEN_WORDS % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit(with_count=True)
-    rule = slot_rule()
+    rule = slot_rule(fast=True)  # the page size's magic division: most of the per-slot instructions otherwise
     popcount_sum = cta_sum(threads)
 
     rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
@@ -239,6 +239,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
         page_size: T.int32,
         max_nu: T.int32,
         min_rows: T.int32,
+        ps_magic: T.int64,
+        ps_shift: T.int32,
     ):
         with T.Kernel(n_grp, threads=threads) as g:
             if min_blocks > 1:
@@ -292,9 +294,9 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                             tv[k] = T.if_then_else(k * threads + tx < n_tok,
                                                    TI[T.min(g * R + i, rows - 1), T.min(k * threads + tx, n_tok - 1)], -1)
                         for k in T.unroll(KP):
-                            pv[k] = BT[req_s[i], page_column(tv[k], page_size, max_pages)]
+                            pv[k] = BT[req_s[i], page_column(tv[k], page_size, max_pages, (ps_magic, ps_shift))]
                         for k in T.unroll(KP):
-                            good, sl = rule(tv[k], lim_s[i], pv[k], pages, page_size)
+                            good, sl = rule(tv[k], lim_s[i], pv[k], pages, page_size, ps_magic, ps_shift)
                             x = T.alloc_var("int32", init=T.if_then_else(good, pv[k] * page_size + sl, -1))
                             xl[i * KP + k] = x
                             if x >= 0:
