@@ -60,6 +60,14 @@ the GPU tests passed with ``P = 4``. Whole calls, same process, three rounds, us
 90% overlap 1578.5-1582.0 / 1587.2-1589.3 / 1592.8-1596.1, mixed batch 1327.6-1329.3 /
 1331.7-1332.1 / 1334.0-1335.8, uniform 2689.6-2711.2 / 2688.8-2710.9 / 2691.2-2712.8: the loss
 where pairs are finalized is clear, the gain on uniform blocks is not visible in their spread.
+Session 27's kernel timeline of the default uniform call (probe ``.devrun/s27_attr.py``, CUPTI, ten
+graph replays, medians) puts a number on that cost: the no-work grid runs from 94 to 118 us,
+beside the end of the sort, and the paged kernel starts at 116 instead of right after the sort
+(101): ~15 us. A grid of at most one round of the SMs (1056 CTAs of 256 threads, each warp
+taking pairs ``(i n_cta + cta) W + warp`` in turn; probe ``.devrun/s27_fin2.py``, same process,
+three rounds, us, outputs bitwise equal) took uniform blocks to 2487-2488 against 2493-2495, but
+90% overlap to 1553-1557 against 1543-1546 and the mixed batch to 1294-1295 against 1283
+(this kernel 52.9 against 44.1 us on the 90%-overlap timeline). Not kept.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

@@ -128,6 +128,16 @@ against 265.0 / 265.2 / 265.9; 1 x 1 20.1 / 20.2 / 20.4 against 19.5 / 19.7 / 19
 the stamps below (1.28 us) is not on the path to the first gather: only one-row calls gain,
 ~0.5 us, which does not pay for a second Q view and a strided-Q fallback.
 
+Page-size division (session 27, probe ``.devrun/s27_fd.py``, HEAD's kernel from a copy, same
+process, three rounds, us; results bitwise equal on all six cases). The eager chunk resolution
+divides each slot's token id by the runtime page size, for the page column and the slot, with a
+magic multiply (:func:`._sparse_macros.fast_div`, the launcher passes
+:func:`._sparse_macros.page_divisor`): ``umulhi``, an add and a shift where ``div.s32`` /
+``rem.s32`` cost ~20 instructions each. Chunk 0's resolution lies on the path to the first
+gather: decode 64 x 1 78.3-78.6 against 79.6-79.9, 64 x 4 265.0-265.8 against 265.6-266.2; the
+paged kernel alone on uniform blocks 2435.5-2439.7 against 2435.8-2437.1 (its later chunks'
+resolutions are hidden under the gathers). 128 registers, no spills.
+
 Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
 us). The eager path reads every slot's page before applying the slot rule, with the column
 clamped into the table, instead of only for used slots: the load then waits for the row's

@@ -3,8 +3,8 @@
 One group of ``R`` consecutive rows per CTA. The CTA resolves its rows' limits once
 (threads ``0..R-1``, :func:`._sparse_macros.resolve_row_limit`) and each slot's physical
 cache row ``page * page_size + slot`` by the paged kernel's rule (:func:`._sparse_macros.slot_rule`;
-unused slots drop out), a row at a time: its token ids, then their pages, each batch of loads
-in flight together;
+unused slots drop out; the page size divides by a magic multiply, :func:`._sparse_macros.fast_div`),
+a row at a time: its token ids, then their pages, each batch of loads in flight together;
 each thread keeps the physical rows of its slots in local memory between passes. No sort:
 the CTA counts its used entries per bucket ``b(x)`` (``NB`` buckets of mixed low bits,
 shared-memory atomics), scans the counts and scatters the entries into bucket ranges by
@@ -97,6 +97,29 @@ rows (its NU there 5515 and up). Predicted 57 -> ~45 us on uniform blocks and no
 read flush, medians, two interleaved rounds, us, new / HEAD): uniform 40.4, 40.1 / 52.0, 51.9
 (whole call 2675.5, 2674.6 / 2687.1, 2688.4); 90% overlap 198.8, 204.6 / 197.6, 198.8; mixed
 batch 109.7, 110.8 / 109.6, 110.4.
+
+Session 27. A kernel timeline of the default uniform call (probe ``.devrun/s27_attr.py``) has the
+prep first, 40.3 us, then the sort from 47 us and the paged kernel from 116 us; with the union
+path off the sort starts the call and the paged kernel follows at 52 us. Nsight Compute on the
+prep alone (uniform blocks, SM clock 1.49 GHz under the profiler): 43.9 us, SM throughput 65%,
+memory 38% (DRAM 12%), 42.8 of 48 warps active, 15.1 cycles between a warp's instructions,
+three CTAs per SM (40 registers and 72 KB each), 2.59 waves. No unit is saturated:
+
+* Kept: the slot resolution divides by the page size with a magic multiply
+  (:func:`._sparse_macros.fast_div`); it was one ``div.s32`` and two ``rem.s32`` per slot, each
+  ~20 instructions (a reciprocal and its correction). Probe ``.devrun/s27_fd.py`` (this kernel
+  and the paged kernel's eager resolution changed together; HEAD's from copies; same process,
+  three rounds, us; results bitwise equal): prep on the timeline 40.4 -> 34.4 (uniform), 203.3
+  -> 192.6 (90% overlap), 110.5 -> 104.7 (mixed); whole calls 2497-2504 against 2500-2508,
+  1546-1548 against 1554-1559, 1285-1286 against 1295-1298.
+* Not kept: the bitmap early exit in a kernel of its own (256 threads, 4 KB of shared memory,
+  eight CTAs per SM: the 1024 groups in one wave, writing ``NU`` = ``UNMEASURED``, the bound or
+  a candidate mark), this kernel then building only the candidates (patch
+  ``.devrun/s27_measure.diff`` and kernel ``.devrun/s27_measure_kernel.py``, probe
+  ``.devrun/s27_meas.py``, before the magic division; NU and outputs identical). The one-wave kernel took 37.5 us against this kernel's 40.2 on uniform
+  blocks, and the split cost the 90% overlap 1596-1598 against 1551-1552 us and the mixed batch
+  1317-1318 against 1290-1292 (uniform 2489-2491 against 2490-2499): with every SM full of warps
+  either way, the waves were not what the search waited on.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

@@ -33,6 +33,16 @@ interleaved rounds, us) took 1407 / 1409 / 1401 against 1486 / 1465 / 1458 for a
 against 4034 / 3984 / 3986 on uniform blocks with every group forced through it. Not kept:
 one software pipeline over all the group's tiles, resolving the next chunk inside it into
 double buffers (the paged kernel's ``one_pipe``): 2501 / 2492 / 2489 and 6987 / 6992 / 6958.
+
+Not kept (session 27, probe ``.devrun/s27_fin.py``): each CTA finalizing its own 48 (row, head)
+pairs after writing the partials (a barrier, then one warp per pair: gate, ``out``, ``lse``, the
+finalize kernel's loop unrolled over the CTA's pairs), so that no separate finalize grid runs.
+Outputs were bitwise equal. On uniform blocks (no group taken) the paged kernel then started
+right after the sort (100.6 against 115.9 us on the timeline) and the call took 2479-2491 against
+2493-2497 us; but the union kernel grew from 1313 to 1528 us on 90%-overlap rows (call 1726-1729
+against 1556-1557) and the mixed batch took 1388-1394 against 1283-1284: with two CTAs per SM the
+epilogue's chain of L2 round trips holds a CTA's slot far longer than the finalize kernel's
+full SMs of warps take.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
