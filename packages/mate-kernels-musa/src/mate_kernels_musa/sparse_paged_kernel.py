@@ -138,6 +138,16 @@ gather: decode 64 x 1 78.3-78.6 against 79.6-79.9, 64 x 4 265.0-265.8 against 26
 paged kernel alone on uniform blocks 2435.5-2439.7 against 2435.8-2437.1 (its later chunks'
 resolutions are hidden under the gathers). 128 registers, no spills.
 
+Epilogue products (session 27, probe ``.devrun/s27_ep.py``, the previous kernel from a copy, same
+process, three rounds, us). Both epilogues divided every element of the CTA's ``16 x 256`` tile
+by its row sum, and the direct one also by ``1 + exp(-gate)``: 32 or 64 IEEE ``div.rn.f32`` per
+thread (~10 instructions each) at the end of every CTA, i.e. on the path of the last CTAs of a
+decode wave. They now multiply by one reciprocal per row (``alpha``, free after the last block)
+and by ``rcp(1 + exp(-gate))``: decode 64 x 1 77.2-77.5 against 78.3-78.5, 64 x 4 262.1-263.0
+against 262.9-264.4, the mixed batch 1279-1282 against 1282-1284, the prefill shapes within
+noise. Outputs within rel. L2 2.4e-5 of the dividing kernel (a last-bit difference before the
+cast on a small fraction of elements), LSE identical; 128 registers, no spills.
+
 Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
 us). The eager path reads every slot's page before applying the slot rule, with the column
 clamped into the table, instead of only for used slots: the load then waits for the row's
