@@ -7,7 +7,8 @@ The physical path (``selected_kv_indices``) is a runtime row mode of the same ke
 properties the design relies on: 16-byte predicated ``cp.async`` gathers (masked slots
 are zero-filled, never read), m16n8k16 MMA, and a register cap from ``min_blocks``; with the
 feature-split QK (``split_qk``, the launcher's tile) Q is read from shared memory once per CTA
-and the warps' partial scores are exchanged through the inline stores of ``_sparse_qk``.
+and the warps' partial scores are exchanged through the inline stores of ``_sparse_qk``; the eager
+chunk resolution has no runtime division by the page size, and the epilogues one per row.
 """
 
 from __future__ import annotations
@@ -61,5 +62,9 @@ def test_sparse_kernel_compiles(spec) -> None:
             assert "__syncthreads_or" in src and "mate_flag_read(" not in src
         # Eager tiles store the chunk offsets where the sync planner does not see them (no barrier per block).
         assert ("mate_sts_off(" in src) == bool(consts[9])
+        if consts[9]:  # the eager chunk resolution divides by the page size with a magic multiply
+            assert "% page_size" not in src and "/ page_size" not in src
+        # The epilogues divide once per row (the reciprocal of its sum), not once per output element.
+        assert src.count("/ l_i[") == 1
     else:
         assert "expf" in src  # merge weights and sigmoid in FP32
