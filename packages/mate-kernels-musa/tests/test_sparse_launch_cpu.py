@@ -61,7 +61,9 @@ def _fast_divmod(page_size, magic, shift):
 
     def split(t):
         assert 0 <= t < 2**31 and 0 <= magic < 2**32
-        q = (((t * magic) >> 32) + t) >> shift
+        total = ((t * magic) >> 32) + t
+        assert total < 2**32  # the kernel adds in uint32
+        q = total >> shift
         return q, t - q * page_size
 
     return split
@@ -579,16 +581,15 @@ def test_precompile_covers_the_launcher(emulated, monkeypatch, gen: torch.Genera
 @given(d=st.one_of(st.integers(1, 4096), st.integers(1, 2**31 - 1), st.sampled_from([2**k for k in range(31)])),
        n=st.one_of(st.integers(0, 2**31 - 1), st.integers(0, 4096)))  # fmt: skip
 def test_page_divisor_divides_exactly(d: int, n: int) -> None:
-    """``page_divisor``'s magic numbers give ``n // d`` for every int32 id ``n >= 0`` (the sum in
-    ``fast_div`` stays below 2^32), also at a multiple of ``d`` and one below it."""
+    """``page_divisor``'s magic numbers give ``divmod(n, d)`` for int32 ids ``n >= 0`` (sampled, also
+    at a multiple of ``d`` and one below it), the way the kernels compute it (``_fast_divmod``)."""
     from mate_kernels_musa._sparse_macros import page_divisor
 
     magic, shift = page_divisor(d)
     assert 0 < magic < 2**32 and 0 <= shift <= 31
+    split = _fast_divmod(d, magic, shift)
     for x in {n, n - n % d, max(n - n % d - 1, 0)}:
-        hi = (x * magic) >> 32
-        assert hi + x < 2**32
-        assert (hi + x) >> shift == x // d, (d, x)
+        assert split(x) == divmod(x, d), (d, x)
 
 
 @pytest.mark.parametrize("bad", [0, -64, 2**31])
