@@ -257,16 +257,17 @@ def slot_rule(fast: bool = False) -> Any:
     """
     import tilelang.language as T
 
+    def used(t, lim, pg, pages):
+        return (t >= 0) & (t <= lim) & (pg >= 0) & (pg < pages)
+
     @T.macro
     def rule(t, lim, pg, pages, page_size):
-        good = (t >= 0) & (t <= lim) & (pg >= 0) & (pg < pages)
-        return good, T.max(t, 0) % page_size
+        return used(t, lim, pg, pages), T.max(t, 0) % page_size
 
     @T.macro
     def rule_fast(t, lim, pg, pages, page_size, magic, shift):
-        good = (t >= 0) & (t <= lim) & (pg >= 0) & (pg < pages)
         n = T.max(t, 0)
-        return good, n - fast_div(n, magic, shift) * page_size
+        return used(t, lim, pg, pages), n - fast_div(n, magic, shift) * page_size
 
     return rule_fast if fast else rule
 

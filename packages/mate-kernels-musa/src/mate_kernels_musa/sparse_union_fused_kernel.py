@@ -194,7 +194,7 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     if NB & (NB - 1) or NB % threads or SEEN_WORDS % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit(with_count=True)
-    rule = slot_rule(fast=True)  # the page size's magic division: most of the per-slot instructions otherwise
+    rule = slot_rule(fast=True)  # the page size's magic division, not two runtime divisions per slot
     popcount_sum = cta_sum(threads)
 
     rows, n_tok, n_req, max_pages, n_grp, width = T.dynamic("rows, n_tok, n_req, max_pages, n_grp, width")
