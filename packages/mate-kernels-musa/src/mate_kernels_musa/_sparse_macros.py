@@ -434,6 +434,8 @@ def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int)
 
     @T.macro
     def step(acc_s, p_tmp, m_i, m_prev, alpha, l_acc, acc_o, p_s, v_s, flag_s):
+        # The slack test is written out here and in online_softmax_step: as a macro returning ``over``,
+        # TileLang 0.1.15 emits the variable out of scope (nvcc: "over_2" is undefined).
         over = T.alloc_var("int32", init=0)
         for g, j in T.Parallel(rows, block_n):
             if acc_s[g, j] > m_i[g] + RESCALE_SLACK:
