@@ -471,7 +471,7 @@ def gated_output_strides() -> tuple[Any, Any, Any]:
 
 
 def sigmoid_gate(x: Any) -> Any:
-    """``sigmoid(x)`` in FP32 for a gate element ``x`` of any float dtype (the merge and finalize kernels)."""
+    """``sigmoid(x)`` in FP32 for a gate element ``x`` of any float dtype (the paged, merge and finalize kernels)."""
     import tilelang.language as T
 
     return 1 / (1 + T.exp(-T.cast(x, "float32")))

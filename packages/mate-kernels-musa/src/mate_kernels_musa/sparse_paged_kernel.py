@@ -9,7 +9,7 @@ writes the normalized FP32 partial output and its natural-log LSE, and the merge
 (:mod:`.sparse_merge_kernel`) combines the splits, applies the sigmoid gate and writes
 ``out``/``lse``; with one split (runtime ``direct``) it applies the gate and writes
 ``out``/``lse`` itself. That epilogue first scales the accumulator by the gate in a
-branch-free loop, then stores. Rows the union path took (``u_rows``) skip the Q and
+branch-free loop (a per-head gate: by the sigmoids the CTA took at its start), then stores. Rows the union path took (``u_rows``) skip the Q and
 token-id loads as well as the gather (end-to-end times in :mod:`.sparse_schedule`).
 
 Score tile with the features split over the warps (session 23, :mod:`._sparse_qk`; the
@@ -147,6 +147,20 @@ and by ``rcp(1 + exp(-gate))``: decode 64 x 1 77.2-77.5 against 78.3-78.5, 64 x 
 against 262.9-264.4, the mixed batch 1279-1282 against 1282-1284, the prefill shapes within
 noise. Outputs within rel. L2 2.4e-5 of the dividing kernel (a last-bit difference before the
 cast on a small fraction of elements), LSE identical; 128 registers, no spills.
+
+Per-head gate at the CTA start (session 28, probe ``.devrun/s28_gate.py``, the previous kernel from
+a copy ``.devrun/s28_spk_old.py``, same process, three rounds, us; outputs and LSE bitwise equal
+on all six cases). Where the gate's feature stride is 0 (the launcher's expanded ``[rows, Hq]``
+gate) the direct epilogue loaded the same gate element 32 times per thread and took 32
+sigmoids, at the end of the CTA, where nothing of the CTA is left to overlap the load's
+latency. Now the CTA's 16 sigmoids are taken right after the Q loads (``gate_s``, 64 bytes of
+shared memory; the barrier before Q's first read already orders them) and the epilogue multiplies
+by them; a per-element gate keeps the epilogue's loads. Predicted: uniform blocks -15..-35 us,
+decode unchanged (its splits' gate is the merge kernel's). On a lease ~4% slower than the
+previous one, new against old: paged kernel alone on uniform blocks 2519-2529 against 2545-2550,
+with a per-element gate 2551-2556 against 2562-2571, the default uniform call 2570-2572 against
+2601-2605, 90% overlap 1548-1556 against 1547-1559, mixed batch 1284-1314 against 1290-1294,
+decode 64 x 1 77.9-78.2 against 77.7-78.1. 128 registers, no spills.
 
 Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
 us). The eager path reads every slot's page before applying the slot rule, with the column
@@ -376,6 +390,7 @@ from ._sparse_macros import (
     page_column,
     resolve_row_limit,
     resolve_row_limit_parallel,
+    sigmoid_gate,
     slot_page,
     slot_rule,
 )
@@ -551,15 +566,20 @@ def sparse_paged_kernel(
         return T.if_then_else(l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc))
 
     @T.macro
-    def write_out(acc_o, l_i, inv_l, m_i, GATE, OUT, LSE, row0, hk, has_gate, has_lse):
+    def write_out(acc_o, l_i, inv_l, m_i, gate_s, GATE, OUT, LSE, row0, hk, has_gate, has_lse):
         # One split: the sigmoid gate, the output dtype and the LSE (no partials, no merge). Products
         # with reciprocals, not IEEE divisions (~10 instructions each, two per element before).
         if has_gate != 0:
-            # Branch-free (padding rows' products are never stored), so no per-element bounds
-            # branch keeps the compiler from issuing the gate loads together.
-            for g, d in T.Parallel(H, D):
-                head = head_of(hk, g)
-                acc_o[g, d] = acc_o[g, d] * (1 / (1 + T.exp(-T.cast(GATE[row0, head, d], acc))))
+            if sg[2] == 0:
+                # A per-head gate: the CTA's sigmoids, computed at its start (gate_s).
+                for g, d in T.Parallel(H, D):
+                    acc_o[g, d] = acc_o[g, d] * gate_s[g]
+            else:
+                # Branch-free (padding rows' products are never stored), so no per-element bounds
+                # branch keeps the compiler from issuing the gate loads together.
+                for g, d in T.Parallel(H, D):
+                    head = head_of(hk, g)
+                    acc_o[g, d] = acc_o[g, d] * sigmoid_gate(GATE[row0, head, d])
         for g, d in T.Parallel(H, D):
             if g < G:
                 OUT[row0, hk * G + g, d] = T.cast(T.if_then_else(l_i[g] > 0, acc_o[g, d] * inv_l[g], 0), dtype)
@@ -637,6 +657,7 @@ def sparse_paged_kernel(
             # Plain (static) shared memory: the dynamic pool would put a barrier before every copy.
             koff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
             voff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
+            gate_s = T.alloc_shared([H], acc, scope="shared")  # sigmoids of a per-head gate (direct epilogue)
 
             acc_s = T.alloc_fragment([H, BN], acc)
             acc_o = T.alloc_fragment([H, D], acc)
@@ -694,6 +715,12 @@ def sparse_paged_kernel(
                 # results are never stored; a skipped CTA computes nothing from q_s.
                 for g, d in T.Parallel(H, D):
                     q_s[g, d] = Q[r, head_of(hk, g), d]
+                if direct != 0 and has_gate != 0 and sg[2] == 0:
+                    # A per-head gate (0 feature stride): one load and one sigmoid per head, here,
+                    # where its latency hides behind the CTA's first gathers, not 32 per thread in
+                    # the epilogue, where nothing else of the CTA is left to overlap it.
+                    for g in T.Parallel(H):
+                        gate_s[g] = sigmoid_gate(GATE[r, head_of(hk, g), 0])
             if split_qk:
                 qk.load_q(qk_bufs[0], q_s)
             T.fill(acc_o, 0)
@@ -738,7 +765,7 @@ def sparse_paged_kernel(
                 alpha[g] = T.if_then_else(l_i[g] > 0, 1 / l_i[g], 0)
             if skip == 0:
                 if direct != 0:
-                    write_out(acc_o, l_i, alpha, m_i, GATE, OUT, LSE, r, hk, has_gate, has_lse)
+                    write_out(acc_o, l_i, alpha, m_i, gate_s, GATE, OUT, LSE, r, hk, has_gate, has_lse)
                 else:
                     write_partial(acc_o, l_i, alpha, m_i, OP, LP, s, r, hk)
 
