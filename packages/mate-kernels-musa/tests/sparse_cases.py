@@ -167,12 +167,15 @@ def _embed_inputs(gen: torch.Generator, kwargs: dict[str, Any], lead: int) -> di
 
 def _out_view(gen, shape, dtype):
     """A strided, poisoned ``out`` view inside a larger buffer (or None for a fresh buffer)."""
-    kind = _pick(gen, ["none", "pad", "transposed"])
+    kind = _pick(gen, ["none", "pad", "transposed", "odd"])
     if kind == "none":
         return None, None
     if kind == "pad":
         base = torch.full((*shape[:-1], shape[-1] + 64), float("nan"), dtype=dtype)
         return base[..., 32 : 32 + shape[-1]], base
+    if kind == "odd":  # one element in, odd strides: no whole 16-byte rows (element-wise stores)
+        base = torch.full((*shape[:-1], shape[-1] + 1), float("nan"), dtype=dtype)
+        return base[..., 1 : 1 + shape[-1]], base
     # Heads outermost: the row axis is not the slowest (still non-overlapping).
     perm = (len(shape) - 2, *range(len(shape) - 2), len(shape) - 1)
     base = torch.full([shape[i] for i in perm], float("nan"), dtype=dtype)

@@ -66,6 +66,8 @@ def test_sparse_kernel_compiles(spec) -> None:
             assert "% page_size" not in src and "/ page_size" not in src
         # The epilogues divide once per row (the reciprocal of its sum), not once per output element.
         assert src.count("/ l_i[") == 1
+        # The direct epilogue's whole-sector path: 16-byte stores of staged rows through the flat view.
+        assert "*(uint4*)(OUTF + " in src
         # A per-head gate is taken once per CTA into gate_s (written once, read by the epilogue's products).
         assert src.count("gate_s[((int)threadIdx.x)] =") == 1 and re.search(r"\* gate_s\[|gate_s\[[^]]*\], gate_s", src)
     else:

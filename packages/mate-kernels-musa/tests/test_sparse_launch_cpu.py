@@ -71,9 +71,9 @@ def _fast_divmod(page_size, magic, shift):
 
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype,
                    split_qk):  # fmt: skip
-    def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
+    def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, OUTF, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
             has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
-            has_gate, has_lse, u_rows, max_nu, one_pipe, ps_magic, ps_shift):  # fmt: skip
+            has_gate, has_lse, u_rows, max_nu, one_pipe, ps_magic, ps_shift, out_vec, of0, of1):  # fmt: skip
         rows, hq, dim = Q.shape
         # The eager chunk resolution divides by the page size with the launcher's magic numbers.
         split = _fast_divmod(page_size, ps_magic, ps_shift) if eager else lambda t: divmod(t, page_size)
@@ -115,12 +115,18 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
                     LP[s, r, heads] = lse.float()
         if direct:
             out0, lse0 = OUT.clone(), LSE.clone()
-            _emulate_merge(dtype, gate_dtype, threads)(OP, LP, GATE, OUT, LSE, has_gate, has_lse)
+            # With out_vec the kernel stores through OUTF (16-byte rows at the launcher's strides).
+            res = torch.empty(OUT.shape, dtype=OUT.dtype) if out_vec else OUT
+            _emulate_merge(dtype, gate_dtype, threads)(OP, LP, GATE, res, LSE, has_gate, has_lse)
             for r in range(rows):  # rows of union-path groups are left as they were
                 if u_rows > 0 and int(UNU[r // u_rows]) <= max_nu:
                     OUT[r] = out0[r]
                     if has_lse:  # else LSE is a broadcast dummy
                         LSE[r] = lse0[r]
+                elif out_vec:
+                    for h in range(hq):
+                        base = r * of0 + h * of1
+                        OUTF[base : base + dim // 8] = res[r, h].view(dim // 8, 8)
 
     return run
 
@@ -466,6 +472,29 @@ def test_flat16_addresses_every_row() -> None:
     for p, s in [(0, 0), (2, 15), (1, 7)]:
         off = p * sp + s * ss
         assert torch.equal(flat[off : off + 32].reshape(256), key[p, s, 0])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "padded rows", "heads outermost", "odd offset", "feature stride 2"])
+def test_out_rows_view(layout: str) -> None:
+    """The vectorized epilogue gets ``out`` as 16-byte rows only where every (row, head) starts on
+    one and its features are contiguous; its strides address every (row, head)."""
+    rows, hq, dim = 5, 3, 256
+    base = torch.randn(2 * rows * hq * (dim + 8)).to(torch.bfloat16)
+    out = {
+        "contiguous": base[: rows * hq * dim].view(rows, hq, dim),
+        "padded rows": base[8 : 8 + rows * hq * (dim + 8)].view(rows, hq, dim + 8)[..., :dim],
+        "heads outermost": base[: rows * hq * dim].view(hq, rows, dim).transpose(0, 1),
+        "odd offset": base[1 : 1 + rows * hq * (dim + 1)].view(rows, hq, dim + 1)[..., :dim],
+        "feature stride 2": base[: rows * hq * dim * 2].view(rows, hq, dim, 2)[..., 0],
+    }[layout]
+    flat, vec, s0, s1 = sparse_launch._out_rows(out)
+    assert vec == (layout in ("contiguous", "padded rows", "heads outermost"))
+    assert flat.shape[1] == 8 and flat.data_ptr() == out.data_ptr()
+    if vec:
+        for r, h in [(0, 0), (4, 2), (2, 1)]:
+            assert torch.equal(flat[r * s0 + h * s1 : r * s0 + h * s1 + dim // 8].reshape(dim), out[r, h])
+    else:
+        assert (s0, s1) == (0, 0)
 
 
 def test_per_row_table() -> None:

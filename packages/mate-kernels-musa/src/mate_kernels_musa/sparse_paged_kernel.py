@@ -162,6 +162,24 @@ with a per-element gate 2551-2556 against 2562-2571, the default uniform call 25
 2601-2605, 90% overlap 1548-1556 against 1547-1559, mixed batch 1284-1314 against 1290-1294,
 decode 64 x 1 77.9-78.2 against 77.7-78.1. 128 registers, no spills.
 
+Whole-sector output stores (session 28, probe ``.devrun/s28_vec.py``, the previous kernel from a
+copy, same process, three rounds, us; outputs and LSE bitwise equal on all six cases). The direct
+epilogue stored each thread's 32 fragment elements one by one: ``OUT`` has runtime strides, so
+every store was 2 bytes, and one warp instruction wrote 2 bytes into each of 32 byte pairs of 8
+heads: each 32-byte sector of the output arrived in four partial writes (~8 M L2 sector writes on
+the 4096-row prefill, against ~2 M whole ones). Where ``out`` allows it (``sparse_launch._out_rows``:
+unit feature stride, 16-byte aligned rows) the tile now goes through ``k_s`` (free after the last
+block; staging in ``q_s`` kept ``q_s`` live, 8 KB more shared memory per CTA and two more barriers
+in the block loop: decode 64 x 1 92.9 against 76.6 us) and each warp stores one head's 512 bytes
+as 16-byte rows through a flat view (``OUTF``). Predicted: uniform blocks -0..-25 us (the
+partial writes are ~1.2% of the gather's sector traffic on an L2-bound kernel). Measured, new
+against old: paged kernel alone on uniform blocks 2399-2405 against 2444-2460, the default uniform
+call 2446-2464 against 2499-2513, with an ``out`` view one element into its buffer (element
+stores, as before) 2422-2427 against 2435-2453; 90% overlap 1547-1557 against 1547-1550, mixed
+batch 1274-1310 against 1277-1278, decode 64 x 1 78.0-78.2 against 77.9-78.2 (its splits write
+FP32 partials, whole sectors already). So the partial writes cost twice their share of the
+sector count. 128 registers, no spills, shared memory unchanged, one more barrier per CTA.
+
 Page-table loads (H200, 2026-11-30, session 7, same-process A/B, three interleaved rounds,
 us). The eager path reads every slot's page before applying the slot rule, with the column
 clamped into the table, instead of only for used slots: the load then waits for the row's
@@ -400,6 +418,7 @@ __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
 HEAD_TILE = 16  # mma m16: a group of <= 16 Q heads is padded to 16 rows in shared memory
 DIM = 256
+VEC = 8  # 2-byte elements per 16-byte row (the vectorized output stores)
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 M_INIT = -1.0e30  # finite running-max start: exp2(-inf - M_INIT) = 0, never inf - inf
@@ -461,7 +480,9 @@ def sparse_paged_kernel(
     int32 block table; OP [splits, rows, Hq, D] float32 normalized partial outputs;
     LP [splits, rows, Hq] float32 partial LSE (natural log, -inf when empty) (1-element
     dummies when ``direct``); GATE [rows, Hq, D] ``gate_dtype``, OUT [rows, Hq, D] ``dtype``
-    and LSE [rows, Hq] float32, runtime strides, written only when ``direct``; UNU
+    and LSE [rows, Hq] float32, runtime strides, written only when ``direct``; OUTF [n, 8]
+    ``dtype``: ``OUT`` as 16-byte rows from its first element, written instead of ``OUT`` when
+    ``out_vec`` (see the last scalars); UNU
     [n_groups] int32 union sizes of the row groups of the union path (a dummy when
     ``u_rows == 0``); CU [R+1] int32 cu_seqlens_q; R3 [3, rows] int32 per-row (request,
     local index, row count); SLQ / SLK [R] int32 lengths; QP [rows] int32 positions (the
@@ -477,7 +498,10 @@ def sparse_paged_kernel(
     :mod:`.sparse_schedule`; every schedule the launcher picks runs it); 0 = one pipeline per
     chunk (kept for the benchmark sweep); ``ps_magic``, ``ps_shift``: the page size's
     :func:`._sparse_macros.page_divisor` (the eager chunk resolution divides by it with
-    :func:`._sparse_macros.fast_div`).
+    :func:`._sparse_macros.fast_div`); ``out_vec``, ``of0``, ``of1``: 1 where ``OUT`` allows whole
+    16-byte stores (unit feature stride, 16-byte aligned rows), and its row and head strides in
+    16-byte rows: the direct epilogue then stages the tile in ``k_s`` and stores it through
+    ``OUTF`` (``sparse_launch._out_rows``).
     """
     import tilelang.language as T
     from tilelang.layout import make_swizzled_layout
@@ -501,10 +525,14 @@ def sparse_paged_kernel(
     qk = FeatureSplitQK(dtype, H, BN, threads, D) if split_qk else None
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
     NBUF = 2 if eager else 1  # chunk buffers of slot offsets (the one-pipeline mode alternates two)
+    OUT_STEPS = H * D // VEC // threads  # 16-byte output rows each thread stores (vectorized epilogue)
+    if OUT_STEPS * threads * VEC != H * D:
+        raise ValueError(f"threads must divide {H * D // VEC} (16-byte rows of the output tile), got {threads}")
 
     rows, hq, n_tok, n_req, max_pages, nk, nv = T.dynamic("rows, hq, n_tok, n_req, max_pages, nk, nv")
     o_s, o_r, o_h = T.dynamic("o_s, o_r, o_h")  # partials: a 1-element dummy under the direct epilogue
     n_ug = T.dynamic("n_ug")
+    n_of = T.dynamic("n_of")
     sg, so, sl = gated_output_strides()
     n_cu, n_r3, n_slq, n_slk, n_qp = T.dynamic("n_cu, n_r3, n_slq, n_slk, n_qp")
     sq = T.dynamic("sq0, sq1, sq2", "int64")
@@ -566,7 +594,8 @@ def sparse_paged_kernel(
         return T.if_then_else(l_i[g] > 0, (m_i[g] + T.log2(l_i[g])) * LN2, -T.infinity(acc))
 
     @T.macro
-    def write_out(acc_o, l_i, inv_l, m_i, gate_s, GATE, OUT, LSE, row0, hk, has_gate, has_lse):
+    def write_out(acc_o, l_i, inv_l, m_i, gate_s, k_s, GATE, OUT, OUTF, LSE, row0, hk, has_gate, has_lse, out_vec,
+                  of0, of1):  # fmt: skip
         # One split: the sigmoid gate, the output dtype and the LSE (no partials, no merge). Products
         # with reciprocals, not IEEE divisions (~10 instructions each, two per element before).
         if has_gate != 0:
@@ -580,9 +609,24 @@ def sparse_paged_kernel(
                 for g, d in T.Parallel(H, D):
                     head = head_of(hk, g)
                     acc_o[g, d] = acc_o[g, d] * sigmoid_gate(GATE[row0, head, d])
-        for g, d in T.Parallel(H, D):
-            if g < G:
-                OUT[row0, hk * G + g, d] = T.cast(T.if_then_else(l_i[g] > 0, acc_o[g, d] * inv_l[g], 0), dtype)
+        if out_vec != 0:
+            # Through k_s (free after the last block's QK; q_s would stay live and take shared memory
+            # of its own) as 16-byte rows: each warp stores one head's 512 bytes in whole 32-byte
+            # sectors, where the fragment's own 2-byte stores (runtime strides) write every sector of
+            # the output in four parts.
+            for g, d in T.Parallel(H, D):
+                k_s[g, d] = T.cast(T.if_then_else(l_i[g] > 0, acc_o[g, d] * inv_l[g], 0), dtype)
+            tx = T.get_thread_binding()
+            for k in T.unroll(OUT_STEPS):
+                g = (k * threads + tx) // (D // VEC)
+                j = (k * threads + tx) % (D // VEC)
+                if g < G:
+                    for c in T.vectorized(VEC):
+                        OUTF[row0 * of0 + (hk * G + g) * of1 + j, c] = k_s[g, j * VEC + c]
+        else:
+            for g, d in T.Parallel(H, D):
+                if g < G:
+                    OUT[row0, hk * G + g, d] = T.cast(T.if_then_else(l_i[g] > 0, acc_o[g, d] * inv_l[g], 0), dtype)
         if has_lse != 0:
             for g in T.Parallel(H):
                 if g < G:
@@ -609,6 +653,7 @@ def sparse_paged_kernel(
         LP: T.Tensor([o_s, o_r, o_h], acc),
         GATE: T.StridedTensor([rows, hq, D], sg, gate_dtype),
         OUT: T.StridedTensor([rows, hq, D], so, dtype),
+        OUTF: T.Tensor([n_of, VEC], dtype),
         LSE: T.StridedTensor([rows, hq], sl, acc),
         UNU: T.Tensor([n_ug], "int32"),
         CU: T.StridedTensor([n_cu], [s_cu], "int32"),
@@ -642,6 +687,9 @@ def sparse_paged_kernel(
         one_pipe: T.int32,
         ps_magic: T.int64,
         ps_shift: T.int32,
+        out_vec: T.int32,
+        of0: T.int64,
+        of1: T.int64,
     ):
         with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
             if min_blocks > 1:
@@ -765,7 +813,8 @@ def sparse_paged_kernel(
                 alpha[g] = T.if_then_else(l_i[g] > 0, 1 / l_i[g], 0)
             if skip == 0:
                 if direct != 0:
-                    write_out(acc_o, l_i, alpha, m_i, gate_s, GATE, OUT, LSE, r, hk, has_gate, has_lse)
+                    write_out(acc_o, l_i, alpha, m_i, gate_s, k_s, GATE, OUT, OUTF, LSE, r, hk, has_gate, has_lse, out_vec,
+                              of0, of1)  # fmt: skip
                 else:
                     write_partial(acc_o, l_i, alpha, m_i, OP, LP, s, r, hk)
 
