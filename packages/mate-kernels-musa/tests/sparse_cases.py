@@ -165,9 +165,13 @@ def _embed_inputs(gen: torch.Generator, kwargs: dict[str, Any], lead: int) -> di
     return bases
 
 
-def _out_view(gen, shape, dtype):
-    """A strided, poisoned ``out`` view inside a larger buffer (or None for a fresh buffer)."""
-    kind = _pick(gen, ["none", "pad", "transposed", "odd"])
+OUT_KINDS = ("none", "pad", "transposed", "odd")
+
+
+def _out_view(gen, shape, dtype, kind=None):
+    """A strided, poisoned ``out`` view inside a larger buffer (or None for a fresh buffer); ``kind``
+    one of ``OUT_KINDS`` (default: drawn)."""
+    kind = kind or _pick(gen, list(OUT_KINDS))
     if kind == "none":
         return None, None
     if kind == "pad":
@@ -202,6 +206,7 @@ def random_case(
     empty_requests: bool = False,
     row_counts: list[int] | None = None,
     lse: str | None = None,
+    out_kind: str | None = None,
 ) -> Case:
     """Draw one paged call (see module docstring). Sizes stay below ``max_rows`` / ``max_width``; ``width`` fixes T.
 
@@ -211,6 +216,7 @@ def random_case(
     about a third of the requests no rows (repeated ``cu_seqlens_q`` entries). ``row_counts``
     fixes each request's query rows (a mixed batch: a prefill chunk among decode rows).
     ``lse`` fixes how the LSE is asked for ("none", "return" or "buffer"; default random).
+    ``out_kind`` fixes the ``out`` buffer (one of ``OUT_KINDS``; default random).
     """
     page_size = _pick(gen, [16, 32, 64])
     if kv == "padded":
@@ -339,7 +345,7 @@ def random_case(
         kwargs["lse"] = torch.full(shape[:-1], float("nan"), dtype=torch.float32)
     kwargs["num_splits"] = _pick(gen, SPLITS) if num_splits == "random" else num_splits
     kwargs["scale"] = float(_pick(gen, [None, 0.03, 0.1]) or DIM**-0.5)
-    out, base = _out_view(gen, shape, dtype)
+    out, base = _out_view(gen, shape, dtype, out_kind)
     if out is not None:
         kwargs["out"] = out
     notes = {"rows": rows, "width": width, "query_kind": query_kind, "page_size": page_size, "gate": gate_kind,

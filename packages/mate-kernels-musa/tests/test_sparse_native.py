@@ -255,3 +255,11 @@ def test_memcheck_invalid_pages(index: int, gen: torch.Generator) -> None:
     """Small cases with -1 / out-of-range pages and ids past the cache (run under memcheck)."""
     case = cases.random_case(gen, max_rows=8, max_width=100, bad_pages=True, num_splits=[None, 1, 7][index])
     _run_case(case)
+
+
+@pytest.mark.parametrize("out_kind", cases.OUT_KINDS)
+def test_memcheck_direct_out_views(out_kind: str, gen: torch.Generator) -> None:
+    """The one-split epilogue into each kind of ``out`` (whole 16-byte rows through the flat view, or
+    element stores where the view has none), storage around it untouched (run under memcheck)."""
+    case = cases.random_case(gen, max_rows=8, max_width=100, bad_pages=True, num_splits=1, out_kind=out_kind)
+    _run_case(case)

@@ -120,6 +120,13 @@ three CTAs per SM (40 registers and 72 KB each), 2.59 waves. No unit is saturate
   blocks, and the split cost the 90% overlap 1596-1598 against 1551-1552 us and the mixed batch
   1317-1318 against 1290-1292 (uniform 2489-2491 against 2490-2499): with every SM full of warps
   either way, the waves were not what the search waited on.
+
+Session 28, not kept (probe ``.devrun/s28_prep.py``, this kernel from a copy ``.devrun/s28_prep_old.py``;
+NU, U and C identical on the three shapes): the bucket counts (one shared-memory atomic per used
+slot) and the zeroing of the two bucket tables moved after the early-exit test, so that a group that
+stops pays only the bitmap. Predicted 34 -> 26-31 us on uniform blocks; the timeline had 33.3 against
+34.3, the calls within noise (uniform 2487-2497 against 2489-2497, 90% overlap 1539-1541 against
+1538-1541): the atomics were not what the search waits on either.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
