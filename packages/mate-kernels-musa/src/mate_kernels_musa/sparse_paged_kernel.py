@@ -9,8 +9,10 @@ writes the normalized FP32 partial output and its natural-log LSE, and the merge
 (:mod:`.sparse_merge_kernel`) combines the splits, applies the sigmoid gate and writes
 ``out``/``lse``; with one split (runtime ``direct``) it applies the gate and writes
 ``out``/``lse`` itself. That epilogue first scales the accumulator by the gate in a
-branch-free loop (a per-head gate: by the sigmoids the CTA took at its start), then stores. Rows the union path took (``u_rows``) skip the Q and
-token-id loads as well as the gather (end-to-end times in :mod:`.sparse_schedule`).
+branch-free loop (a per-head gate: by the sigmoids the CTA took at its start), then stores
+(through shared memory as whole 16-byte rows where ``out``'s layout allows). Rows the union
+path took (``u_rows``) skip the Q and token-id loads as well as the gather (end-to-end times
+in :mod:`.sparse_schedule`).
 
 Score tile with the features split over the warps (session 23, :mod:`._sparse_qk`; the
 launcher's ``W4`` tile, ``split_qk``). With ``T.gemm`` each of the four warps computed 8 of the
@@ -526,8 +528,8 @@ def sparse_paged_kernel(
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
     NBUF = 2 if eager else 1  # chunk buffers of slot offsets (the one-pipeline mode alternates two)
     OUT_STEPS = H * D // VEC // threads  # 16-byte output rows each thread stores (vectorized epilogue)
-    if OUT_STEPS * threads * VEC != H * D:
-        raise ValueError(f"threads must divide {H * D // VEC} (16-byte rows of the output tile), got {threads}")
+    if OUT_STEPS * threads * VEC != H * D or BN < H:  # the output tile is staged in k_s ([BN, D])
+        raise ValueError(f"unsupported paged tile: threads={threads} must divide {H * D // VEC}, block_n={BN} >= {H}")
 
     rows, hq, n_tok, n_req, max_pages, nk, nv = T.dynamic("rows, hq, n_tok, n_req, max_pages, nk, nv")
     o_s, o_r, o_h = T.dynamic("o_s, o_r, o_h")  # partials: a 1-element dummy under the direct epilogue
