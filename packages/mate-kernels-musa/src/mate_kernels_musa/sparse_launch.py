@@ -262,15 +262,17 @@ def _row_args(plan: SparseAttentionPlan, capacity: int) -> list[Any]:
     return [cu, r3, *tensors, mode, plan.q_len, n_iter, cap, *flags]
 
 
-def _out_rows(out: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+def _out_rows(out: torch.Tensor, direct: bool = True) -> tuple[torch.Tensor, int, int, int]:
     """``(OUTF, out_vec, row stride, head stride)`` of the paged kernel's vectorized epilogue.
 
     Where ``out`` ``[rows, Hq, D]`` allows whole 16-byte stores (unit feature stride, a 16-byte
     aligned first element, row and head strides multiples of 8 elements), its 16-byte-row view
     (:func:`_flat16`), 1 and its strides in 16-byte rows; otherwise a never-written view of its
-    first 16 bytes, 0 and zeros (the kernel stores element by element through ``OUT``).
+    first 16 bytes, 0 and zeros (the kernel stores element by element through ``OUT``). Only the
+    one-split (``direct``) epilogue stores ``out``: split schedules get that fallback without
+    their layout being inspected (no flat view per decode call).
     """
-    aligned = out.stride(-1) == 1 and out.data_ptr() % 16 == 0
+    aligned = direct and out.stride(-1) == 1 and out.data_ptr() % 16 == 0
     if aligned and all(out.stride(a) % VEC == 0 or out.shape[a] == 1 for a in range(out.dim() - 1)):
         flat, strides = _flat16(out)
         if flat.shape[0] <= INT32_MAX:
@@ -382,7 +384,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
         else:
             part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)
             part_l = torch.empty((sched.splits, rows, hq), dtype=torch.float32, device=q.device)
-        outf, out_vec, of0, of1 = _out_rows(plan.out)
+        outf, out_vec, of0, of1 = _out_rows(plan.out, direct)
         main(q, kf, vf, ids, table, part_o, part_l, gate, plan.out, outf, lse, unu,
              *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
              float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe),
