@@ -241,16 +241,12 @@ def _emulate_finalize(dtype, gate_dtype, threads):
 
 
 def _emulate_sort(threads):
-    """The per-row order of ``sparse_sort_kernel``: unmeasured groups as given, rejected groups in
-    ``cases.region_order``."""
-    from mate_kernels_musa.sparse_union_fused_kernel import UNMEASURED
+    """The per-row order of ``sparse_sort_kernel``: every row of a group with ``NU > max_nu`` (rejected or
+    unmeasured) in ``cases.region_order``; the union path's rows untouched."""
 
     def run(TI, NU, SO, shift, u_rows, max_nu):
         for r in range(TI.shape[0]):
-            nu = int(NU[r // u_rows])
-            if nu == UNMEASURED:
-                SO[r] = TI[r]
-            elif nu > max_nu:
+            if int(NU[r // u_rows]) > max_nu:
                 SO[r] = cases.region_order(TI[r], shift, threads)
 
     return run

@@ -9,13 +9,14 @@ tensors with their runtime strides and launches on the current stream:
    and groups whose union is at most ``UNION_MAX_FILL`` of their ``R * T`` slots (rows that
    share most of their blocks, as neighbouring prefill rows do) are computed by the union
    kernel with one K/V gather per union token; the paged kernel skips those rows. On CUDA
-   the union and finalize kernels run on a second stream (forked from the current one after
-   the prep, joined back before the call returns: capturable), beside the sort and paged
-   kernels, which write the other rows (measurements: :mod:`.sparse_schedule`).
-   Then, on every prefill schedule with ``T <= SORT_CAP`` (``Schedule.sort``),
-   :mod:`.sparse_sort_kernel` orders the token ids of the rows the paged kernel computes by
-   context region (the CTAs of one request then read its cache in step and share it through
-   the L2): after the union path the rows of the groups it rejected, without it every row;
+   the prep, union and finalize kernels run on a second stream (forked from the current one,
+   joined back before the call returns: capturable), beside the sort and paged kernels, which
+   write the other rows; the paged kernel waits for the prep (an event) (measurements:
+   :mod:`.sparse_schedule`). On every prefill schedule with ``T <= SORT_CAP``
+   (``Schedule.sort``), :mod:`.sparse_sort_kernel` orders the token ids of the rows the paged
+   kernel computes by context region (the CTAs of one request then read its cache in step and
+   share it through the L2): beside the union prep, every row of a group the prep has not taken
+   by the time the sort reads its ``NU`` (filled with ``UNMEASURED`` first); without it every row;
 1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
    ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
    partial outputs and LSE per split, and
@@ -60,6 +61,7 @@ from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build, profile_name
 from ._sparse_macros import page_divisor, row_mode
 from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, UNION_MIN_ROWS_PER_REQUEST, Schedule, choose_schedule
+from .sparse_union_fused_kernel import UNMEASURED
 
 __all__ = [
     "sparse_attention", "schedule_for", "specializations", "union_enabled", "union_min_rows", "UNION_ENV", "MERGE_THREADS",
@@ -316,6 +318,15 @@ def _forked(device: torch.device, joins: contextlib.ExitStack) -> Iterator[None]
         yield
 
 
+def _recorded(device: torch.device) -> torch.cuda.Event | None:
+    """An event recorded on the current stream of a CUDA ``device`` (capturable); None elsewhere."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
 def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None) -> None:
     """Native sparse attention; writes ``plan.out`` and ``plan.lse`` (when not None).
 
@@ -356,26 +367,33 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     unu, u_rows, max_nu = _dummies(device)["int"], 0, 0
     row_args = _row_args(plan, table.shape[1] * page_size)  # once: the union prep takes it too
     with contextlib.ExitStack() as joins:  # closing it joins the union path's stream
-        ids = None
+        ids, measured = None, None
         if sched.union_rows and not wide:
             # Row groups whose selections overlap share one K/V gather (sparse_union); the paged
             # kernel below skips exactly those groups' rows and computes the others.
-            from .sparse_union import prepare_union, union_attention  # sparse_union imports this module
+            from .sparse_union import fused_buffers, launch_fused_prep, union_attention  # it imports this module
 
             u_rows = sched.union_rows
             max_nu = int(UNION_MAX_FILL * u_rows * _ids(plan).shape[1])
-            u, unu, counts = prepare_union(plan, u_rows, "fused", row_args, max_nu, union_min_rows())
-            # The union and finalize kernels write only the rows of the groups they take, the sort
-            # and paged kernels only the others: the two run side by side.
+            buffers = fused_buffers(plan, u_rows, max_nu)  # allocated on this stream, which reads NU too
+            u, unu, counts = buffers
+            if sched.sort:
+                unu.fill_(UNMEASURED)  # what the sort, running beside the prep, reads of a group not yet measured
+            # The prep runs beside the sort; the union and finalize kernels after it write only the rows of
+            # the groups they take, the sort and paged kernels only the others.
             with _forked(device, joins):
+                launch_fused_prep(plan, u_rows, buffers, row_args, max_nu, union_min_rows())
+                measured = _recorded(device)
                 union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
         if sched.sort:
             # The rows the paged kernel computes walk their selections region by region (L2 sharing
-            # between the CTAs of one request; sparse_sort_kernel): after the union path, the rows
-            # of the groups its prep rejected; without it, every row.
+            # between the CTAs of one request; sparse_sort_kernel): every row but those of the groups the
+            # prep has taken for the union path by the time the sort reads their NU.
             from .sparse_union import sorted_ids  # sparse_union imports this module
 
             ids = sorted_ids(plan, unu, u_rows, max_nu) if u_rows else sorted_ids(plan)
+        if measured is not None:  # the paged kernel reads the prep's final NU
+            torch.cuda.current_stream(device).wait_event(measured)
         if ids is None:
             ids = _ids(plan)
         direct = sched.splits == 1

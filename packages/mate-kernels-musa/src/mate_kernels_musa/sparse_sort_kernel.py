@@ -18,15 +18,27 @@ scans a chunk of 64 consecutive entries with 16-byte loads and stores; the chunk
 each thread's slots there (within a region: by thread, then by slot) in shared memory, and the
 row is stored coalesced.
 
-The launcher runs it on every prefill-schedule call with ``T <= SORT_CAP``: after the union
-path for the rows that path leaves to the paged kernel, and without it (``MATE_SPARSE_UNION=0``,
-selections wider than the union prep holds) on every row, as one group whose ``NU`` exceeds
-``max_nu`` (:func:`.sparse_union.sorted_ids`). Rows of groups the union kernel computes
-(``NU[r // u_rows] <= max_nu``) are skipped: the
-paged kernel does not read their ids, and ``SO`` keeps whatever it held there. Rows the union
-prep left unmeasured (``NU = UNMEASURED``: the decode rows of a mixed batch, one row of a
-request among unrelated ones) are copied in the given order. The others (groups the prep
-measured and rejected: prefill rows that share little) are ordered.
+The launcher runs it on every prefill-schedule call with ``T <= SORT_CAP``: beside the union
+prep on the union path, and without it (``MATE_SPARSE_UNION=0``, selections wider than the union
+prep holds) on every row, as one group whose ``NU`` exceeds ``max_nu``
+(:func:`.sparse_union.sorted_ids`). Beside the prep, a CTA reads its group's ``NU`` (one thread,
+through shared memory: the whole CTA takes one decision) while the prep may still be writing it.
+The launcher fills ``NU`` with ``UNMEASURED`` first, so the CTA sees either that or the prep's
+final value. Rows of groups already taken for the union kernel (``NU[r // u_rows] <= max_nu``)
+are skipped: the paged kernel does not read their ids, and ``SO`` keeps whatever it held there.
+Every other row is ordered: rejected groups, unmeasured ones (the decode rows of a mixed batch)
+and those not measured yet, so the ids the paged kernel reads do not depend on the timing.
+
+Beside the prep instead of after it (session 29, probe ``.devrun/s29_sortfork.py``, HEAD's kernel
+from a copy, same process, three rounds, CUDA-graph medians after a read flush, us): uniform
+blocks 2444-2455 against 2459-2487, 90% overlap 1537-1541 against 1533-1538, the mixed batch
+1266-1267 against 1268-1271 (its decode rows now ordered: results within 1.4e-3 of the given
+order's). On the kernel timeline (CUPTI) the paged kernel of the uniform call starts at 84 us
+instead of 109: the sort runs from 25 to 81 us, filling the prep's tail (the prep 1-37).
+Ordering every row beside the prep, without reading ``NU`` (no fill): uniform 2435-2470, but
+90% overlap 1578-1581 and mixed 1288-1290. A first build read ``NU`` in every thread: CTAs that
+saw both values parted at the barriers and shuffles, and graph replays under the profiler died
+with illegal-instruction and illegal-address errors (``.devrun/s29_repro.py``).
 
 Measured (H200, session 12, the 4096-row prefill of ``benchmarks.bench_sparse``, 2051-slot
 selections, CUDA-graph medians after a read flush, us): the paged kernel alone on uniform
@@ -65,8 +77,6 @@ mixed batch 1308-1315 / 1311-1317. The table passes are not what the sort waits 
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
-
-from .sparse_union_fused_kernel import UNMEASURED
 
 __all__ = ["sparse_sort_kernel", "SORT_CAP", "REGIONS", "region_shift"]
 
@@ -131,14 +141,17 @@ def sparse_sort_kernel(threads: int) -> Any:
             ids = T.alloc_local([S], "int32")
             reg = T.alloc_local([S], "int32")
             part = T.alloc_local([VEC], "int16")  # 16 bytes of this thread's scan chunk (at(tx * CPT + c) = tx * CHUNK + c)
+            nu_s = T.alloc_shared([1], "int32", scope="shared")
             tx = T.get_thread_binding()
-            nu = T.alloc_var("int32", init=NU[r // u_rows])
-            if nu == UNMEASURED:
-                # Rows the union prep did not measure (decode rows of a mixed batch): given order.
-                for k in T.unroll(S):
-                    if k * threads + tx < n_tok:
-                        SO[r, k * threads + tx] = TI[r, k * threads + tx]
-            elif nu > max_nu:
+            # The union prep may be writing NU while this CTA reads it (the launcher runs the two side
+            # by side; a group not yet measured holds the launcher's fill, UNMEASURED, and is ordered).
+            # One thread reads it for the CTA: threads that read it apart could see both values and
+            # part at the barriers and shuffles below.
+            if tx == 0:
+                nu_s[0] = NU[r // u_rows]
+            T.sync_threads()
+            nu = T.alloc_var("int32", init=nu_s[0])
+            if nu > max_nu:
                 for c in T.vectorized(CPT):  # the table is zeroed chunk by chunk (16-byte stores)
                     cnt[tx * CHUNK + c] = T.int16(0)
                 T.sync_threads()

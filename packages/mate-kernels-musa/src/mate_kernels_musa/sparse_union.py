@@ -95,6 +95,8 @@ __all__ = [
     "resolve_physical",
     "union_prep",
     "union_prep_fused",
+    "fused_buffers",
+    "launch_fused_prep",
     "prepare_union",
     "union_attention",
     "sorted_ids",
@@ -271,10 +273,15 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
     ``NU[g] = UNMEASURED`` and nothing else (their token ids are not read); this needs
     ``max_nu < UNMEASURED`` so that every consumer leaves them to the paged kernel.
     """
-    if min_rows > 0 and max_nu >= sparse_union_fused_kernel.UNMEASURED:
-        raise ValueError(f"min_rows={min_rows} needs max_nu < {sparse_union_fused_kernel.UNMEASURED}, got {max_nu}")
+    buffers = fused_buffers(plan, rows_per_cta, max_nu)
+    launch_fused_prep(plan, rows_per_cta, buffers, row_args, max_nu, min_rows)
+    return buffers
+
+
+def fused_buffers(plan: SparseAttentionPlan, rows_per_cta: int,
+                  max_nu: int = INT32_MAX) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The uninitialized ``(U, NU, C)`` that :func:`launch_fused_prep` writes (see :func:`union_prep_fused`)."""
     r = rows_per_cta
-    key, _, table, page_size = _paged_kv(plan)
     ids = _ids(plan)
     rows, t = ids.shape
     n_grp, dev = -(-rows // r), ids.device
@@ -284,13 +291,23 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
     u = torch.empty((n_grp, width), dtype=torch.int32, device=dev)
     counts = torch.empty((n_grp, r, width), dtype=torch.int16, device=dev)
     nu = torch.empty((n_grp,), dtype=torch.int32, device=dev)
+    return u, nu, counts
+
+
+def launch_fused_prep(plan: SparseAttentionPlan, rows_per_cta: int,
+                      buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor], row_args: list[Any] | None = None,
+                      max_nu: int = INT32_MAX, min_rows: int = 0) -> None:  # fmt: skip
+    """Run :mod:`.sparse_union_fused_kernel` into ``buffers`` (:func:`fused_buffers`) on the current stream."""
+    if min_rows > 0 and max_nu >= sparse_union_fused_kernel.UNMEASURED:
+        raise ValueError(f"min_rows={min_rows} needs max_nu < {sparse_union_fused_kernel.UNMEASURED}, got {max_nu}")
+    u, nu, counts = buffers
+    key, _, table, page_size = _paged_kv(plan)
     kernel = build(sparse_union_fused_kernel.sparse_union_fused_kernel, profile_name(_dev(plan.query)),
-                   *fused_consts(r))  # fmt: skip
+                   *fused_consts(rows_per_cta))  # fmt: skip
     if row_args is None:
         row_args = _row_args(plan, table.shape[1] * page_size)
-    kernel(ids, table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, INT32_MAX), min_rows,
+    kernel(_ids(plan), table, u, counts, nu, *row_args, key.shape[0], page_size, min(max_nu, INT32_MAX), min_rows,
            *page_divisor(page_size))  # fmt: skip
-    return u, nu, counts
 
 
 PREP_METHODS = ("torch", "fused")
@@ -364,10 +381,10 @@ def sorted_ids(plan: SparseAttentionPlan, nu: torch.Tensor | None = None, rows_p
                max_nu: int = 0) -> torch.Tensor | None:  # fmt: skip
     """Each row's token ids ordered by context region, ``[rows, T]`` int32, for the paged kernel.
 
-    After the union path (``nu`` = the prep's union sizes of groups of ``rows_per_cta`` rows):
-    rows of groups with ``NU <= max_nu`` (the union kernel computed them, the paged kernel skips
-    them) are not written; rows of unmeasured groups (``NU = UNMEASURED``) are copied as given.
-    Without it (``nu`` None): every row is ordered. None when ``T > SORT_CAP`` (the caller keeps
+    With the union path (``nu`` = the prep's union sizes of groups of ``rows_per_cta`` rows, which
+    the prep may still be writing: unmeasured groups hold ``UNMEASURED``): rows of groups with
+    ``NU <= max_nu`` when the sort reads it (the union kernel computes them, the paged kernel skips
+    them) are not written, every other row is ordered. Without it (``nu`` None): every row is ordered. None when ``T > SORT_CAP`` (the caller keeps
     the given order). See :mod:`.sparse_sort_kernel` for the order and why it matters.
     """
     ids = _ids(plan)
