@@ -389,6 +389,39 @@ def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) ->
     checks.check_graph_replay(case, sparse_attention, lambda shape, c: _half_shared(shape, c, gen), both_paths)
 
 
+def test_default_prefill_replays_repeat_bitwise(gen: torch.Generator, monkeypatch) -> None:
+    """The default prefill path with the sort running beside the union prep (it reads NU while the prep
+    writes it, so which rows it orders depends on the timing): a 1024-row chunk of 2051-slot selections,
+    half of its groups shared, captured and replayed 30 times, every replay bitwise equal to the eager
+    call, which matches the reference."""
+    from mate_kernels_musa import sparse_attention, sparse_launch
+
+    monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
+    width = 2051
+    case = cases.random_case(gen, max_rows=1024, max_width=width, width=width, num_splits=None, query_kind="cu",
+                             row_counts=[1024], canonical=True).to("cuda")  # fmt: skip
+    case.drop_out_view()
+    case.kwargs["return_lse"] = True
+    kw = case.kwargs
+    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
+    kw["token_indices"].copy_(_half_shared(tuple(kw["token_indices"].shape), cap, gen))
+    native, ref = checks.plans(case)
+    sched = sparse_launch.schedule_for(native)
+    assert sched.union_rows and sched.sort, sched
+    sparse_attention(native)
+    checks.check(native, ref, case)
+    first = (native.out.clone(), native.lse.clone())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_attention(native)
+    for i in range(30):
+        native.out.fill_(float("nan"))
+        native.lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(native.out, first[0]) and torch.equal(native.lse, first[1]), i
+
+
 def test_bitwise_deterministic(gen: torch.Generator) -> None:
     from mate_kernels_musa.sparse_union import sparse_attention_union
 
