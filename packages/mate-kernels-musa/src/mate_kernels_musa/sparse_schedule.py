@@ -291,6 +291,11 @@ one split) and ``sms`` the device's multiprocessor count:
   1301-1306 against 1301-1306. That is ~12 us (0.5%) on uniform blocks, within the spread of its
   rounds. The kernels would also run at high priority beside the caller's other streams (a
   serving engine's communication, for one). Equal priorities stay.
+  Session 29 moved the union prep onto that stream too, beside the sort, which now orders every row
+  whose group the prep has not taken by the time it reads its ``NU`` (the paged kernel waits for the
+  prep through an event): uniform 2444-2455 against 2459-2487 us, 90% overlap and the mixed batch
+  unchanged (:mod:`.sparse_sort_kernel`). A split tail (the last round of CTAs' rows in several
+  splits, merged) was slower everywhere (docs/performance-notes.md).
   Per-request row counts are device data, so the host can only bound the largest request;
   The prefill schedule also orders the token ids of the rows the paged kernel computes by
   context region (``sort``, :mod:`.sparse_sort_kernel`) while ``T <= SORT_CAP``, with

@@ -39,6 +39,10 @@ Ordering every row beside the prep, without reading ``NU`` (no fill): uniform 24
 90% overlap 1578-1581 and mixed 1288-1290. A first build read ``NU`` in every thread: CTAs that
 saw both values parted at the barriers and shuffles, and graph replays under the profiler died
 with illegal-instruction and illegal-address errors (``.devrun/s29_repro.py``).
+Not kept (same session, probe ``.devrun/s29_sortg.py``): skipping the unrolled steps past the row's
+width for the whole CTA (9 of 16 steps on 2051-slot rows; same output): the sort alone 60.7-61.1
+against 52.1-52.6 us, the uniform call 2439-2445 against 2420-2429. The guarded loads no longer
+issue together.
 
 Measured (H200, session 12, the 4096-row prefill of ``benchmarks.bench_sparse``, 2051-slot
 selections, CUDA-graph medians after a read flush, us): the paged kernel alone on uniform
