@@ -360,8 +360,21 @@ def _half_shared(shape: tuple[int, int], cap: int, gen: torch.Generator) -> torc
     return torch.where(shared[:, None], own[group * UNION_ROWS], own).cuda()
 
 
+def _half_shared_chunk(rows: int, width: int, gen: torch.Generator):
+    """One request of ``rows`` prefill rows with ``width``-slot selections (:func:`_half_shared`), LSE
+    on, ``out`` allocated by the call (a CUDA case)."""
+    case = cases.random_case(gen, max_rows=rows, max_width=width, width=width, num_splits=None, query_kind="cu",
+                             row_counts=[rows], canonical=True).to("cuda")  # fmt: skip
+    case.drop_out_view()
+    case.kwargs["return_lse"] = True
+    kw = case.kwargs
+    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
+    kw["token_indices"].copy_(_half_shared(tuple(kw["token_indices"].shape), cap, gen))
+    return case
+
+
 def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) -> None:
-    """The default prefill path, whose union and finalize kernels run on a second stream beside the
+    """The default prefill path, whose union prep, union and finalize kernels run on a second stream beside the
     sort and paged kernels, captured after warm-up and replayed with new data, pages and ids that
     change which groups each path computes; before every replay the prep confirms that both paths
     have rows. Each replay matches the reference."""
@@ -371,13 +384,7 @@ def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) ->
 
     monkeypatch.setenv(sparse_launch.UNION_ENV, "1")  # every group measured (one request here anyway)
     width = 16  # a group of own draws holds more than UNION_MAX_FILL * 4 * 16 distinct ids
-    case = cases.random_case(gen, max_rows=600, max_width=width, width=width, num_splits=None, query_kind="cu",
-                             row_counts=[600], canonical=True).to("cuda")  # fmt: skip
-    case.drop_out_view()
-    case.kwargs["return_lse"] = True
-    kw = case.kwargs
-    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
-    kw["token_indices"].copy_(_half_shared(tuple(kw["token_indices"].shape), cap, gen))
+    case = _half_shared_chunk(600, width, gen)
     max_nu = int(sparse_launch.UNION_MAX_FILL * UNION_ROWS * width)  # the launcher's rule
 
     def both_paths(native) -> None:
@@ -397,14 +404,7 @@ def test_default_prefill_replays_repeat_bitwise(gen: torch.Generator, monkeypatc
     from mate_kernels_musa import sparse_attention, sparse_launch
 
     monkeypatch.setenv(sparse_launch.UNION_ENV, "1")
-    width = 2051
-    case = cases.random_case(gen, max_rows=1024, max_width=width, width=width, num_splits=None, query_kind="cu",
-                             row_counts=[1024], canonical=True).to("cuda")  # fmt: skip
-    case.drop_out_view()
-    case.kwargs["return_lse"] = True
-    kw = case.kwargs
-    cap = kw["block_table"].shape[1] * kw["key"].shape[1]
-    kw["token_indices"].copy_(_half_shared(tuple(kw["token_indices"].shape), cap, gen))
+    case = _half_shared_chunk(1024, 2051, gen)
     native, ref = checks.plans(case)
     sched = sparse_launch.schedule_for(native)
     assert sched.union_rows and sched.sort, sched
