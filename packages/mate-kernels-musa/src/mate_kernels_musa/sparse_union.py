@@ -273,9 +273,15 @@ def union_prep_fused(plan: SparseAttentionPlan, rows_per_cta: int, row_args: lis
     ``NU[g] = UNMEASURED`` and nothing else (their token ids are not read); this needs
     ``max_nu < UNMEASURED`` so that every consumer leaves them to the paged kernel.
     """
+    _check_min_rows(min_rows, max_nu)  # before anything is allocated
     buffers = fused_buffers(plan, rows_per_cta, max_nu)
     launch_fused_prep(plan, rows_per_cta, buffers, row_args, max_nu, min_rows)
     return buffers
+
+
+def _check_min_rows(min_rows: int, max_nu: int) -> None:
+    if min_rows > 0 and max_nu >= sparse_union_fused_kernel.UNMEASURED:
+        raise ValueError(f"min_rows={min_rows} needs max_nu < {sparse_union_fused_kernel.UNMEASURED}, got {max_nu}")
 
 
 def fused_buffers(plan: SparseAttentionPlan, rows_per_cta: int,
@@ -298,8 +304,7 @@ def launch_fused_prep(plan: SparseAttentionPlan, rows_per_cta: int,
                       buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor], row_args: list[Any] | None = None,
                       max_nu: int = INT32_MAX, min_rows: int = 0) -> None:  # fmt: skip
     """Run :mod:`.sparse_union_fused_kernel` into ``buffers`` (:func:`fused_buffers`) on the current stream."""
-    if min_rows > 0 and max_nu >= sparse_union_fused_kernel.UNMEASURED:
-        raise ValueError(f"min_rows={min_rows} needs max_nu < {sparse_union_fused_kernel.UNMEASURED}, got {max_nu}")
+    _check_min_rows(min_rows, max_nu)
     u, nu, counts = buffers
     key, _, table, page_size = _paged_kv(plan)
     kernel = build(sparse_union_fused_kernel.sparse_union_fused_kernel, profile_name(_dev(plan.query)),
