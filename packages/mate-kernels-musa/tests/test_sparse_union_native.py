@@ -374,10 +374,10 @@ def _half_shared_chunk(rows: int, width: int, gen: torch.Generator):
 
 
 def test_cuda_graph_replay_default_prefill(gen: torch.Generator, monkeypatch) -> None:
-    """The default prefill path, whose union prep, union and finalize kernels run on a second stream beside the
-    sort and paged kernels, captured after warm-up and replayed with new data, pages and ids that
-    change which groups each path computes; before every replay the prep confirms that both paths
-    have rows. Each replay matches the reference."""
+    """The default prefill path, whose union prep, union and finalize kernels run on a second stream
+    beside the sort and paged kernels, captured after warm-up and replayed with new data, pages and
+    ids that change which groups each path computes; before every replay the prep confirms that both
+    paths have rows. Each replay matches the reference."""
     from mate_kernels_musa import sparse_attention, sparse_launch
     from mate_kernels_musa.sparse_schedule import UNION_ROWS
     from mate_kernels_musa.sparse_union import prepare_union

@@ -389,8 +389,9 @@ def sorted_ids(plan: SparseAttentionPlan, nu: torch.Tensor | None = None, rows_p
     With the union path (``nu`` = the prep's union sizes of groups of ``rows_per_cta`` rows, which
     the prep may still be writing: unmeasured groups hold ``UNMEASURED``): rows of groups with
     ``NU <= max_nu`` when the sort reads it (the union kernel computes them, the paged kernel skips
-    them) are not written, every other row is ordered. Without it (``nu`` None): every row is ordered. None when ``T > SORT_CAP`` (the caller keeps
-    the given order). See :mod:`.sparse_sort_kernel` for the order and why it matters.
+    them) are not written, every other row is ordered. Without it (``nu`` None): every row is
+    ordered. None when ``T > SORT_CAP`` (the caller keeps the given order). See
+    :mod:`.sparse_sort_kernel` for the order and why it matters.
     """
     ids = _ids(plan)
     rows, t = ids.shape
