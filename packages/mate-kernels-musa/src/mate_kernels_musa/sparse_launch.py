@@ -301,30 +301,22 @@ def _write_empty(plan: SparseAttentionPlan) -> None:
 
 
 @contextlib.contextmanager
-def _forked(device: torch.device, joins: contextlib.ExitStack) -> Iterator[None]:
-    """Run the block on a second stream of ``device``, after the current stream's work so far;
-    the current stream waits for it when ``joins`` closes. Capturable (the fork and the join are
+def _forked(device: torch.device, joins: contextlib.ExitStack) -> Iterator[torch.cuda.Stream | None]:
+    """Run the block on a second stream of ``device``, after the current stream's work so far,
+    and yield that stream (None off CUDA, where the block runs on the current stream); the
+    current stream waits for it when ``joins`` closes. Capturable (the fork and the join are
     event waits). Memory stays safe without ``record_stream``: tensors allocated before the fork
     belong to the current stream, which reuses their memory only after the join; those the block
-    allocates belong to the second stream. Off CUDA the block runs on the current stream."""
+    allocates belong to the second stream."""
     if device.type != "cuda":
-        yield
+        yield None
         return
     current = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)  # from torch's per-device pool: no stream created per call
     side.wait_stream(current)
     joins.callback(current.wait_stream, side)
     with torch.cuda.stream(side):
-        yield
-
-
-def _recorded(device: torch.device) -> torch.cuda.Event | None:
-    """An event recorded on the current stream of a CUDA ``device`` (capturable); None elsewhere."""
-    if device.type != "cuda":
-        return None
-    event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(device))
-    return event
+        yield side
 
 
 def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None) -> None:
@@ -381,9 +373,9 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
                 unu.fill_(UNMEASURED)  # what the sort, running beside the prep, reads of a group not yet measured
             # The prep runs beside the sort; the union and finalize kernels after it write only the rows of
             # the groups they take, the sort and paged kernels only the others.
-            with _forked(device, joins):
+            with _forked(device, joins) as side:
                 launch_fused_prep(plan, u_rows, buffers, row_args, max_nu, union_min_rows())
-                measured = _recorded(device)
+                measured = None if side is None else side.record_event()  # capturable
                 union_attention(plan, u_rows, u, unu, counts, max_nu=max_nu)
         if sched.sort:
             # The rows the paged kernel computes walk their selections region by region (L2 sharing
