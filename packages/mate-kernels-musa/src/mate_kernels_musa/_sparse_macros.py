@@ -8,7 +8,7 @@ from typing import Any
 __all__ = [
     "row_mode", "cta_sum", "resolve_row_limit", "resolve_row_limit_parallel", "slot_page", "page_column", "slot_rule",
     "page_divisor", "fast_div",
-    "kv_offsets", "OFFSET_IO", "kv_tile_gather", "online_softmax_step", "online_softmax_step_flagged",
+    "kv_offsets", "UNSEEN_STORE_IO", "kv_tile_gather", "online_softmax_step", "online_softmax_step_flagged",
     "SOFTMAX_FLAG_IO", "RESCALE_SLACK", "gated_output_strides", "sigmoid_gate",
 ]  # fmt: skip
 
@@ -272,9 +272,12 @@ def slot_rule(fast: bool = False) -> Any:
     return rule_fast if fast else rule
 
 
-OFFSET_IO = """
+# Shared-memory stores through an inline function: TileLang's sync planner does not see them, so
+# it places no barrier for them and the kernel orders them itself (the chunk offsets, the
+# softmax flag).
+UNSEEN_STORE_IO = """
 template <typename P, typename V>
-__device__ __forceinline__ void mate_sts_off(P* p, V v) { *p = static_cast<P>(v); }
+__device__ __forceinline__ void mate_sts(P* p, V v) { *p = static_cast<P>(v); }
 """
 
 
@@ -286,7 +289,7 @@ def kv_offsets(off_t: str, unseen: bool = False) -> Any:
     a slot that is not ``good`` gets one past the end (``k_end``/``v_end``), which
     :func:`kv_tile_gather` zero-fills and the kernels mask. Shared by the paged and union kernels.
 
-    With ``unseen`` the stores go through an inline device function (:data:`OFFSET_IO`, which the
+    With ``unseen`` the stores go through an inline device function (:data:`UNSEEN_STORE_IO`, which the
     kernel imports) that TileLang's sync planner does not see, so it places no barrier for them:
     the kernel must order them against the offsets' readers with barriers of its own.
     """
@@ -299,9 +302,9 @@ def kv_offsets(off_t: str, unseen: bool = False) -> Any:
 
     @T.macro
     def put_unseen(j, good, pg, sl, hk, kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end):
-        T.call_extern("handle", "mate_sts_off", T.address_of(koff_s[j]),
+        T.call_extern("handle", "mate_sts", T.address_of(koff_s[j]),
                       T.if_then_else(good, T.cast(pg * kp + sl * ks + hk * kh, off_t), k_end))  # fmt: skip
-        T.call_extern("handle", "mate_sts_off", T.address_of(voff_s[j]),
+        T.call_extern("handle", "mate_sts", T.address_of(voff_s[j]),
                       T.if_then_else(good, T.cast(pg * vp + sl * vs + hk * vh, off_t), v_end))  # fmt: skip
 
     return put_unseen if unseen else put
@@ -388,8 +391,6 @@ def online_softmax_step(rows: int, dim: int) -> Any:
 
 
 SOFTMAX_FLAG_IO = """
-__device__ __forceinline__ void mate_flag_set(int* p) { *p = 1; }
-__device__ __forceinline__ void mate_flag_clear(int* p) { *p = 0; }
 template <typename V> __device__ __forceinline__ int mate_flag_read(const int* p, V) { return *(const volatile int*)p; }
 template <typename P> __device__ __forceinline__ void mate_sts_p2(P* p, float a, float b) { p[0] = P(a); p[1] = P(b); }
 """
@@ -409,7 +410,7 @@ def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int)
     after) is the max raised, P recomputed and stored again (through :data:`SOFTMAX_FLAG_IO`, which
     the sync planner does not see), behind a barrier of its own. The kernel clears the flag at the
     start of each block (thread 0; the barriers after PV and before QK order it) and imports
-    :data:`SOFTMAX_FLAG_IO`.
+    :data:`SOFTMAX_FLAG_IO` and :data:`UNSEEN_STORE_IO` (the flag's stores).
     """
     import tilelang.language as T
 
@@ -441,7 +442,7 @@ def online_softmax_step_flagged(rows: int, dim: int, block_n: int, threads: int)
             if acc_s[g, j] > m_i[g] + RESCALE_SLACK:
                 over = 1
         if over != 0:
-            T.call_extern("handle", "mate_flag_set", T.address_of(flag_s[0]))
+            T.call_extern("handle", "mate_sts", T.address_of(flag_s[0]), 1)
         for g, j in T.Parallel(rows, block_n):
             p_tmp[g, j] = T.exp2(acc_s[g, j] - m_i[g])
         T.copy(p_tmp, p_s)

@@ -46,7 +46,7 @@ barrier, takes the softmax's ``__syncthreads_or``, waits for V and syncs, and sy
 the next V gather overwrites ``v_s``. TileLang's sync planner also put a sixth, unconditional
 barrier before the next chunk's offset stores, which only the chunk's first block makes. It cannot
 tell the two offset buffers apart. The eager resolution now stores the offsets through an inline
-function the planner does not see (``kv_offsets(..., unseen=True)``, :data:`._sparse_macros.OFFSET_IO`).
+function the planner does not see (``kv_offsets(..., unseen=True)``, :data:`._sparse_macros.UNSEEN_STORE_IO`).
 The kernel places the barrier that orders chunk 0's offsets before the first gather itself, and the
 same after each chunk's resolution on the per-chunk path. No other barrier is needed: the stores of
 chunk ``c + 1`` (buffer ``(c + 1) % 2``, made during chunk ``c``'s first block) come after every read
@@ -400,8 +400,8 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 from typing import Any
 
 from ._sparse_macros import (
-    OFFSET_IO,
     SOFTMAX_FLAG_IO,
+    UNSEEN_STORE_IO,
     gated_output_strides,
     kv_offsets,
     kv_tile_gather,
@@ -576,7 +576,7 @@ def sparse_paged_kernel(
         if split_qk:
             # The flagged softmax's flag starts each block at 0 (after the last block's read and PV barrier).
             if T.get_thread_binding() == 0:
-                T.call_extern("handle", "mate_flag_clear", T.address_of(flag_s[0]))
+                T.call_extern("handle", "mate_sts", T.address_of(flag_s[0]), 0)
             qk.scores(k_s, *qk_bufs, acc_s)
         else:
             T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True)
@@ -719,7 +719,7 @@ def sparse_paged_kernel(
             p_tmp = flag_s = None
             qk_bufs = ()
             if split_qk or eager:
-                T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + (OFFSET_IO if eager else ""))
+                T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + UNSEEN_STORE_IO)
             if split_qk:
                 # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
                 # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
