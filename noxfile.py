@@ -16,7 +16,18 @@ import nox
 
 ROOT = Path(__file__).parent
 TORCH = os.environ.get("MATE_TORCH_SPEC", "torch==2.13.0")
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "numpy"]
+
+
+def _load_toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: nox itself depends on tomli there
+        import tomli as tomllib
+    return tomllib.loads(path.read_text())
+
+
+# The tool requirements live once, in the root pyproject's dependency groups (flat lists).
+GROUPS: dict[str, list[str]] = _load_toml(ROOT / "pyproject.toml")["dependency-groups"]
 PACKAGES = {
     # package dir: (import name, local packages it declares)
     "mate-core": ("mate_core", []),
@@ -60,7 +71,7 @@ def _install_stack(session: nox.Session, package: str, *extra: str) -> None:
 
 
 def _test(session: nox.Session, package: str, *extra: str) -> None:
-    _install_stack(session, package, *TEST_DEPS, *extra)
+    _install_stack(session, package, *GROUPS["test"], *extra)
     session.run("python", "-c", IMPORT_ALL, PACKAGES[package][0])
     if package in TEST_ONLY:
         session.install(*[f"./packages/{p}" for p in TEST_ONLY[package]])
@@ -95,22 +106,15 @@ def qsa(session: nox.Session) -> None:
 def benchmarks(session: nox.Session) -> None:
     """The benchmark suite's CPU-checkable parts: report rendering, plots, README section, sweep grid."""
     session.install(TORCH)
-    session.install(*TEST_DEPS, "matplotlib>=3.7", "rich>=13")
+    session.install(*GROUPS["test"], *GROUPS["bench"])
     session.run("pytest", "benchmarks/tests", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    """ruff check, at the version the root pyproject pins."""
+    session.install(*GROUPS["lint"])
     session.run("ruff", "check", "packages", "benchmarks", "noxfile.py", "conftest.py")
-
-
-def _load_toml(path: Path) -> dict:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: pip vendors the same parser
-        from pip._vendor import tomli as tomllib
-    return tomllib.loads(path.read_text())
 
 
 def _pins(requirements: list[str]) -> dict[str, str]:
