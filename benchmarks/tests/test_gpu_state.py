@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
@@ -23,24 +23,29 @@ def test_thermal_or_idle_reasons_are_not_power_caps() -> None:
 
 
 class _FakeNvml:
-    def __init__(self) -> None:
-        self.reads = 0
+    """Counts its reads and sets ``enough`` once there were ``wanted`` of them."""
+
+    def __init__(self, wanted: int) -> None:
+        self.reads, self.wanted = 0, wanted
+        self.enough = threading.Event()
 
     def read(self) -> tuple[int, int]:
         self.reads += 1
+        if self.reads >= self.wanted:
+            self.enough.set()
         return 1700, 0x4
 
 
 def test_sampler_reads_until_the_block_ends(monkeypatch) -> None:
-    fake = _FakeNvml()
+    fake = _FakeNvml(wanted=3)
     monkeypatch.setattr(gpu_state.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(gpu_state, "_nvml_for", lambda index: fake)
     with gpu_state.GpuStateSampler(device=0, interval_s=0.001) as sampler:
-        time.sleep(0.05)
+        # Keeps reading while the block runs; the timeout only bounds a sampler that stopped early.
+        assert fake.enough.wait(timeout=60), f"only {fake.reads} reads in 60 s"
     reads = fake.reads
-    time.sleep(0.01)
-    assert fake.reads == reads  # the thread stopped with the block
-    assert len(sampler.samples) == reads >= 2
+    assert sampler._thread is not None and not sampler._thread.is_alive()  # the thread stopped with the block
+    assert len(sampler.samples) == reads >= 3
     assert sampler.summary() == {"sm_mhz": 1700, "power_cap_pct": 100.0, "state_samples": reads}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mate_core import MateValueError, UnsupportedTargetError, plan_sparse_attention
+from mate_core import MateTypeError, MateValueError, UnsupportedTargetError, plan_sparse_attention
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared case builders live next to this file
 from test_validate_sparse_cases import (
@@ -76,6 +76,9 @@ def test_meta_block_hint(gen):
 
 def test_meta_native_rules_then_arch_gate(gen):
     args = to_device(sparse_call(gen, **NATIVE), "meta")
+    # A native-only rule (int32 metadata) still applies to meta tensors, before the arch gate.
+    with pytest.raises(MateTypeError, match=r"^token_indices: got dtype int64; expected one of \[int32\]"):
+        plan_sparse_attention(**apply(args, {"token_indices": args["token_indices"].long()}))
     with pytest.raises(UnsupportedTargetError, match="meta"):
         plan_sparse_attention(**args)
 

@@ -34,6 +34,7 @@ def test_import_does_not_import_tilelang() -> None:
         """
         import sys
         import mate_kernels_musa, mate_kernels_musa.target, mate_kernels_musa._build
+        import mate_kernels_musa.mqa_score_kernel, mate_kernels_musa.mqa_decode_kernel
         mate_kernels_musa.tilelang_version()
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tilelang", "tvm"))
         print("LOADED:" + ",".join(loaded))

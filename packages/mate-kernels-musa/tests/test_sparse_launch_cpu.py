@@ -501,8 +501,16 @@ def test_per_row_table() -> None:
         num_requests = 3
 
     table = sparse_launch._per_row_table(P)
-    # Rows with ids outside [0, R) share the spare bucket R (their local index is irrelevant).
-    assert table.tolist() == [[5, 1, 1, 1, -1, 0, 0, 2], [0, 0, 1, 2, 4, 0, 1, 0], [2, 3, 3, 3, 2, 2, 2, 1]]
+    assert table.dtype == torch.int32 and table.shape == (3, len(ids))
+    req, local, count = table.tolist()
+    real = [r for r, i in enumerate(ids.tolist()) if 0 <= i < P.num_requests]
+    # Rows of requests in [0, R): (request id, index from the request's first row, row count of the request).
+    expected = [(1, 0, 3), (1, 1, 3), (1, 2, 3), (0, 0, 2), (0, 1, 2), (2, 0, 1)]
+    assert [(req[r], local[r], count[r]) for r in real] == expected
+    # Rows with ids outside [0, R) keep a padded id and share the spare bucket R (their local index is irrelevant).
+    padded = [r for r in range(len(ids)) if r not in real]
+    assert padded == [0, 4]
+    assert all(not 0 <= req[r] < P.num_requests and count[r] == len(padded) for r in padded)
 
 
 def test_schedule_heuristic() -> None:

@@ -122,6 +122,8 @@ def test_prefill_union_and_paged_groups(query_kind: str, gen: torch.Generator, m
                                  canonical=True)  # fmt: skip
         if case.kwargs["query"].numel() // (24 * 256) >= 300 and case.kwargs["token_indices"].shape[-1] >= 100:
             break
+    else:
+        pytest.fail("no prefill-sized case (>= 300 rows, width >= 100) in 50 draws")
     ids = case.kwargs["token_indices"]
     flat = ids.view(-1, ids.shape[-1])
     r = 4

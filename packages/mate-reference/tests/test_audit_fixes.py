@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import hypothesis
 import pytest
 import torch
+from hypothesis import strategies as st
 
 from mate_core import MateTypeError, MateValueError
 from mate_reference import expand_blocks, qsa_indexer_mqa_score, qsa_sparse_attention, topk_blocks
-
-hypothesis = pytest.importorskip("hypothesis")
-st = hypothesis.strategies
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

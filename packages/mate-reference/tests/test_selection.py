@@ -117,5 +117,5 @@ def test_expand_keeps_only_visible_tokens_for_visible_blocks(gen):
     ],
 )
 def test_helpers_reject_bad_arguments(call, exc, name):
-    with pytest.raises(exc, match=name):
+    with pytest.raises(exc, match=rf"^{name}: "):
         call()
