@@ -107,7 +107,7 @@ RULES = [
     ({"kv": "varlen"}, {}, MateValueError, "cu_seqlens_k: .*backend='reference'"),
     ({"kv": "padded", "query": "cu_seqlens"}, {}, MateValueError, "query: .*padded"),
     ({"kv": "padded", "query": "token_to_req"}, {}, MateValueError, "query: .*padded"),
-    ({"kv": "padded"}, {"num_splits": 2}, MateValueError, "num_splits: .*paged"),
+    ({"kv": "padded"}, {"num_splits": 2}, MateValueError, r"num_splits: got 2 with padded .*None \(the schedule chooses\) or 1"),
     ({}, {"num_splits": 65536}, MateValueError, "num_splits: got 65536 splits.*at most 65535"),
     ({}, _kv(lambda t: torch.randn(*t.shape, 2).to(t.dtype)[..., 0]), LayoutError, "key: "),
     ({}, {"value": lambda a: _misaligned(a["value"])}, LayoutError, "value: "),
@@ -137,3 +137,26 @@ def test_reference_accepts_what_native_rejects(gen):
     args = apply(_native(gen, kv="varlen", dim=128, heads=(34, 2)), changes)
     plan = plan_sparse_attention(**args)
     assert plan.kv_layout == "varlen" and plan.rows == ROWS
+
+
+@pytest.mark.parametrize(
+    ("hq", "hkv", "pattern", "limit"),
+    [
+        (65536, 4096, r"query: got 65536 query heads \(Hq\)", (65520, 4095)),  # group 16 at most
+        (65536, 65536, r"key: got 65536 KV heads \(Hkv\)", (65535, 65535)),
+    ],
+)
+def test_head_counts_past_a_grid_axis(hq, hkv, pattern, limit):
+    # The paged and union kernels launch the KV heads on a grid axis, the merge kernel the Q heads.
+    # Meta tensors: the geometry without the memory (the arch gate comes after this rule).
+    def call(hq: int, hkv: int) -> None:
+        query = torch.empty(2, hq, 256, dtype=torch.bfloat16, device="meta")
+        key = torch.empty(1, 64, hkv, 256, dtype=torch.bfloat16, device="meta")
+        ids = {"dtype": torch.int32, "device": "meta"}
+        plan_sparse_attention(query, key, key, torch.empty(2, 7, **ids), cu_seqlens_q=torch.empty(2, **ids),
+                              block_table=torch.empty(1, 1, **ids))  # fmt: skip
+
+    with pytest.raises(MateValueError, match=f"^{pattern}; backend='tilelang' launches them on a grid axis of at most 65535"):
+        call(hq, hkv)
+    with pytest.raises(UnsupportedTargetError, match="meta"):  # the largest counts that fit pass the rule
+        call(*limit)

@@ -108,3 +108,46 @@ def test_compile_with_a_changing_scale_argument(make_case, gen) -> None:
     for scale in (0.5, 0.25, 2.0):
         want = mate.qsa_mqa(*args, scale=scale, backend="reference")
         torch.testing.assert_close(compiled(*args, scale=scale), want, rtol=0, atol=0)
+
+
+def test_compiled_out_overlapping_query(make_case, gen) -> None:
+    # Validation traces fake tensors without addresses. Where the compiled graph hands the op the
+    # caller's buffers (dynamo's "eager" backend), the op rejects the overlap as an eager call does.
+    # AOT backends (aot_eager, inductor) functionalize the op: it writes a fresh buffer that is copied
+    # into ``out`` afterwards, so the result is right even though ``out`` is the query.
+    _name, args, kwargs = make_case("sparse_attention", gen)
+    kwargs = {**kwargs, "return_lse": False}
+    want = mate.qsa_sparse_attention(*args, **kwargs)
+    with pytest.raises(mate.MateValueError, match=r"^out: its memory overlaps query"):
+        mate.qsa_sparse_attention(*args, **kwargs, out=args[0])
+    for backend in ("eager", "aot_eager"):
+        torch._dynamo.reset()
+        compiled = torch.compile(
+            lambda *a, out: mate.qsa_sparse_attention(*a, **kwargs, out=out), fullgraph=True, backend=backend
+        )
+        query = args[0].clone()
+        torch.testing.assert_close(compiled(query, *args[1:], out=torch.empty_like(query)), want, rtol=0, atol=0)
+        if backend == "eager":
+            with pytest.raises(mate.MateValueError, match=r"^out: its memory overlaps query"):
+                compiled(query, *args[1:], out=query)
+            assert torch.equal(query, args[0])  # rejected before the backend wrote anything
+        else:
+            got = compiled(query, *args[1:], out=query)
+            assert got.data_ptr() == query.data_ptr()
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+def test_op_checks_pointers_and_backend_before_running(make_case, gen, monkeypatch) -> None:
+    plan = _plan("sparse_attention", make_case, gen)
+    ran = []
+    monkeypatch.setattr(_ops, "backend_function", lambda operation, backend: ran.append)
+    flat = torch.empty(plan.key.numel() + 1, dtype=plan.key.dtype)
+    misaligned = flat[1:].view(plan.key.shape)  # 4-byte float32 offset: not 16-byte aligned
+    misaligned.copy_(plan.key)
+    native = dataclasses.replace(plan, backend="tilelang", key=misaligned)
+    with pytest.raises(mate.LayoutError, match=r"^key: "):
+        _ops.OPS["sparse_attention"](*_ops.op_arguments("sparse_attention", native))
+    with pytest.raises(mate.MateValueError, match=r"^backend: got 'bogus'"):
+        _ops.OPS["sparse_attention"](*_ops.op_arguments("sparse_attention", dataclasses.replace(plan, backend="bogus")))
+    assert not ran
+    _ops.OPS["sparse_attention"](*_ops.op_arguments("sparse_attention", plan))
+    assert len(ran) == 1  # the same op runs a valid plan

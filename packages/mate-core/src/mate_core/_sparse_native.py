@@ -39,6 +39,10 @@ def _check_geometry(query: torch.Tensor, key: torch.Tensor) -> None:
             f"query/key: got Hq={hq}, Hkv={hkv} (group {hq // hkv}); backend='tilelang' expects "
             f"Hq // Hkv <= {MAX_NATIVE_GROUP}; {_USE_REFERENCE}"
         )
+    # The paged and union kernels put the KV heads on a grid axis, the merge kernel the Q heads.
+    instead = "split the heads across calls or pass backend='reference'"
+    require_native_grid("key", hkv, "KV heads (Hkv)", instead)
+    require_native_grid("query", hq, "query heads (Hq)", instead)
 
 
 def _check_kv_combination(kv: KVLayout, padded_query: bool, num_splits: int) -> None:
@@ -55,8 +59,8 @@ def _check_kv_combination(kv: KVLayout, padded_query: bool, num_splits: int) -> 
     require_native_grid("num_splits", num_splits, "splits", "pass a smaller count (None chooses one)")
     if kv.kind == "padded" and num_splits not in (0, 1):
         raise MateValueError(
-            f"num_splits: got {num_splits} with padded (non-paged) K/V; backend='tilelang' expects None or 1 "
-            "there (SplitKV requires paged K/V with block_table)"
+            f"num_splits: got {num_splits} with padded (non-paged) K/V; backend='tilelang' accepts None (the "
+            "schedule chooses) or 1 there: an explicit split count needs paged K/V (block_table)"
         )
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "check_vector_layout",
     "row_view",
     "check_out_buffer",
+    "check_internal_overlap",
     "check_no_overlap",
     "positions_view",
     "is_tracing",
@@ -52,6 +53,7 @@ FP8_DTYPES = tuple(
 )
 INT_METADATA = (torch.int32, torch.int64)
 NATIVE_MAX_GRID_YZ = 65535  # CUDA/MUSA limit of a launch grid's y and z extents
+_DESCRIBED_ITEMS = 4  # elements of a list/tuple an error message spells out
 VECTOR_LOAD_MESSAGE = (
     "vector loads require unit feature stride and 16-byte alignment; "
     "pass a contiguous copy or adjust the slice offsets instead"
@@ -71,6 +73,14 @@ def describe(x: object) -> str:
         )
     if isinstance(x, torch.dtype):
         return _dtype_name(x)
+    if isinstance(x, (list, tuple)):
+        # Never repr() a container: it would print (and so read back) any tensor inside it.
+        items = ", ".join(describe(v) for v in x[:_DESCRIBED_ITEMS])
+        more = f", ... ({len(x)} items)" if len(x) > _DESCRIBED_ITEMS else ""
+        brackets = "[]" if isinstance(x, list) else "()"
+        return f"{type(x).__name__} {brackets[0]}{items}{more}{brackets[1]}"
+    if isinstance(x, dict):
+        return f"{type(x).__name__} with {len(x)} keys"
     return f"{type(x).__name__} {x!r}"
 
 
@@ -339,11 +349,16 @@ def check_out_buffer(
                 f"{name}: got stride {list(buf.stride())}; expected positive strides on every axis "
                 f"with more than one element (axis {axis} has stride {s})"
             )
-    if buf.numel() > 1 and _has_storage(buf) and not is_non_overlapping(buf):
-        raise MateValueError(f"{name}: got {describe(buf)}, whose elements overlap in memory; expected a writable non-overlapping view")
+    check_internal_overlap(name, buf)
     if buf.requires_grad and buf.is_leaf:
         raise MateValueError(f"{name}: got a leaf tensor that requires grad; expected a plain writable buffer")
     return buf
+
+
+def check_internal_overlap(name: str, buf: torch.Tensor) -> None:
+    """Reject an output buffer two of whose elements share memory (skipped on fake tensors)."""
+    if buf.numel() > 1 and _has_storage(buf) and not is_non_overlapping(buf):
+        raise MateValueError(f"{name}: got {describe(buf)}, whose elements overlap in memory; expected a writable non-overlapping view")
 
 
 _OVERLAP_SEARCH_BUDGET = 10_000  # search nodes before _strided_overlap answers "cannot tell"

@@ -8,8 +8,8 @@ core attention then runs over those tokens (:func:`qsa_sparse_attention`).
 
 Every entry point takes ``backend="tilelang"`` (default: native kernels on a
 supported GPU, raising otherwise) or ``backend="reference"`` (the FP32 PyTorch
-oracle, any device). Each is also a ``torch.library`` custom op
-(``torch.ops.mate.*``), so ``torch.compile(fullgraph=True)`` traces through it.
+oracle, any device). Under ``torch.compile`` each goes through a ``torch.library``
+custom op (``torch.ops.mate.*``), so ``torch.compile(fullgraph=True)`` traces through it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,11 @@ Each op takes the fields of one ``mate_core`` plan (tensors, optional tensors,
 ints, floats, bools, strs), mutates the plan's output buffers and returns
 nothing. Its schema is derived from the plan dataclass, so ``plans.py`` stays the
 single contract between validation and backends. The op body rebuilds the plan
-from its arguments *without validating* (the public function validated before
-calling it) and runs the backend named by the plan. The fake (meta)
+from its arguments and runs the backend named by the plan. It does not validate
+the call again: the public function did, before calling it. Only the rules that need
+data pointers run again (:mod:`mate_core.pointer_checks`), because validation under
+``torch.compile`` saw fake tensors without addresses. The ops are the compile path of
+the public functions, not a second API: their arguments are a plan's fields. The fake (meta)
 implementation does nothing: the outputs are caller-allocated buffers, so
 shapes are already known to the tracer.
 
@@ -38,7 +41,9 @@ from typing import Any
 
 import torch
 
+from mate_core.checks import check_backend
 from mate_core.plans import IndexerScorePlan, MQADecodePlan, MQAPrefillPlan, SparseAttentionPlan
+from mate_core.pointer_checks import check_plan_pointers
 
 from ._backends import backend_function
 
@@ -119,6 +124,9 @@ def op_arguments(operation: str, plan: Any) -> tuple[Any, ...]:
 def _kernel(operation: str) -> Callable[..., None]:
     def kernel(*args: Any) -> None:
         plan = rebuild_plan(operation, *args)
+        check_backend(plan.backend)
+        # Validation skipped the pointer rules if it ran while torch.compile traced (fake tensors).
+        check_plan_pointers(operation, plan)
         backend_function(operation, plan.backend)(plan)
 
     kernel.__name__ = f"{operation}_kernel"

@@ -79,7 +79,8 @@ def qsa_sparse_attention(
     block_indices : torch.Tensor, optional
         int32 (reference: int32/int64) ``[B, Q, NB]`` / ``[total_q, NB]``
         four-token blocks behind ``token_indices`` (a hint; ``T == 4 * NB + 3``,
-        ``1 <= NB <= 512``).
+        ``1 <= NB <= 512``). Validated; the attention is always computed from
+        ``token_indices``, and no backend reads the hint yet.
     cu_seqlens_q : torch.Tensor, optional
         int32 (reference: int32/int64) ``[R + 1]`` cumulative query rows (flattened query):
         request ``b`` owns rows ``cu[b]:cu[b+1]``; rows before ``cu[0]`` or from ``cu[R]`` on
@@ -115,7 +116,8 @@ def qsa_sparse_attention(
         ``out = attention * sigmoid(gate)``.
     num_splits : int, optional
         ``None`` chooses a schedule; a positive int sets the SplitKV count (1 disables it;
-        the native path takes at most 65535, and only ``None`` or 1 with padded K/V).
+        the native path takes at most 65535, and with padded K/V only ``None``, whose schedule
+        may still split, or 1).
         With ``None``, in prefill-sized native calls the rows of requests with 16+ query
         rows (prefill chunks, also among decode rows) share one K/V gather between
         neighbouring rows whose selections overlap; environment ``MATE_SPARSE_UNION=0``
@@ -125,10 +127,11 @@ def qsa_sparse_attention(
     backend : {"tilelang", "reference"}, default "tilelang"
         Native kernels (no automatic fallback) or the FP32 PyTorch oracle.
     warp_specialized : bool, default False
-        Opt-in warp-specialized prefill (native only; a hint).
+        Opt-in warp-specialized prefill (a hint). Validated; no backend acts on it yet, so
+        results and speed do not depend on it.
     assume_compact_blocks : bool, default False
         Producer contract that valid ``block_indices`` form a causal prefix of
-        each row; requires ``block_indices``.
+        each row; requires ``block_indices``. Validated; no backend relies on it yet.
     out : torch.Tensor, optional
         Writable non-overlapping positive-stride view with the query's shape,
         dtype and device (padded: batch and query axes must form a zero-copy row
