@@ -5,7 +5,8 @@ Validation reads data pointers for three rules: the 16-byte alignment of the vec
 an output buffer that overlaps an input. While ``torch.compile`` traces, the tensors are fake and
 have no addresses, so validation cannot apply these rules. The compiled graph later calls the
 custom op ``mate::<operation>`` with real tensors, and the op runs :func:`check_plan_pointers`
-before its backend, so a compiled call rejects what an eager call rejects. Host metadata only:
+before its backend. (AOT backends functionalize the op: it then writes a fresh buffer, which
+cannot overlap an input, and the graph copies it into ``out`` afterwards.) Host metadata only:
 nothing here reads device memory or synchronizes.
 """
 
