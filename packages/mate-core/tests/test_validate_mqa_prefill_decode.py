@@ -236,3 +236,19 @@ def test_decode_positional_score_scale_and_broadcast_q():
     plan = plan_mqa_decode(args["q"], args["k_cache"], args["page_table"], args["context_lens"], 40, 8.0,
                            backend="reference")
     assert plan.scale == pytest.approx(0.125) and plan.q.stride(0) == 0
+
+
+def test_native_prefill_key_count_bound():
+    # The score kernel's plain-store path puts 4096-key chunks on a grid axis of 65535 (meta: no memory).
+    from mate_core._mqa_common import NATIVE_MAX_KEYS
+
+    def call(keys: int):
+        meta = {"device": "meta", "dtype": torch.bfloat16}
+        ids = torch.empty(2, device="meta", dtype=torch.int32)
+        return plan_mqa_prefill(torch.empty(2, 4, 128, **meta), torch.empty(keys, 128, **meta), ids, ids)
+
+    assert NATIVE_MAX_KEYS == 65535 * 4096
+    with pytest.raises(MateValueError, match=rf"^k: got {NATIVE_MAX_KEYS + 1} keys; backend='tilelang' scores at most"):
+        call(NATIVE_MAX_KEYS + 1)
+    with pytest.raises(UnsupportedTargetError, match="meta"):
+        call(NATIVE_MAX_KEYS)

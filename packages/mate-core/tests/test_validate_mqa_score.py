@@ -309,3 +309,17 @@ def test_meta_tensors_validate_without_device_reads(make):
     args = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in make().items()}
     plan = plan_indexer_score(**args, seq_lens_q=torch.empty(2, dtype=I32, device="meta"), backend="reference")
     assert plan.out.device.type == "meta" and plan.result.dtype == torch.float32
+
+
+def test_native_key_count_bound():
+    # The score kernel's plain-store path puts 4096-key chunks on a grid axis of 65535 (meta: no memory).
+    from mate_core._mqa_common import NATIVE_MAX_KEYS
+
+    def call(keys: int):
+        meta = {"device": "meta", "dtype": torch.bfloat16}
+        return plan_indexer_score(torch.empty(1, 2, 4, 128, **meta), torch.empty(1, keys, 128, **meta))
+
+    with pytest.raises(MateValueError, match=rf"^block_keys: got {NATIVE_MAX_KEYS + 1} keys; backend='tilelang'"):
+        call(NATIVE_MAX_KEYS + 1)
+    with pytest.raises(UnsupportedTargetError, match="meta"):
+        call(NATIVE_MAX_KEYS)

@@ -56,3 +56,14 @@ def test_schedule_preconditions_raise() -> None:
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, False, spread=True)
     with pytest.raises(ValueError, match="unguarded refines the spread"):
         mqa_score_kernel.score_kernel("bfloat16", *mqa_score_kernel.DEFAULT_TILES, True, True, True, unguarded=True)
+
+
+def test_validation_key_bound_matches_the_grid() -> None:
+    """mate_core bounds native key counts by the plain-store grid: 65535 chunks of the CTA's keys."""
+    from mate_core._mqa_common import NATIVE_KEYS_PER_CHUNK, NATIVE_MAX_KEYS
+    from mate_core.checks import NATIVE_MAX_GRID_YZ
+
+    m = mqa_score_kernel
+    assert m.default_tiles(False) == m.DEFAULT_TILES  # the plain-store path: grid y = key chunks
+    assert NATIVE_KEYS_PER_CHUNK == m.BLOCK_KEYS * m.TILES_PER_CTA
+    assert NATIVE_MAX_KEYS == NATIVE_MAX_GRID_YZ * NATIVE_KEYS_PER_CHUNK

@@ -10,12 +10,24 @@ import math
 import torch
 
 from .arch import native_target_for
-from .checks import DATA_DTYPES, describe, require_dtype, require_same_device, require_tensor, resolve_scale
+from .checks import (
+    DATA_DTYPES,
+    NATIVE_MAX_GRID_YZ,
+    describe,
+    require_dtype,
+    require_same_device,
+    require_tensor,
+    resolve_scale,
+)
 from .errors import MateTypeError, MateValueError
 
 NATIVE_HEADS = 4
 NATIVE_DIM = 128
 REFERENCE_DTYPES = (*DATA_DTYPES, torch.float32)
+# The score kernel's CTAs take 64 key tiles of 64 keys each, one chunk per grid-y index on the
+# plain-store path (mqa_score_kernel.BLOCK_KEYS * TILES_PER_CTA; the kernels' tests tie the two).
+NATIVE_KEYS_PER_CHUNK = 4096
+NATIVE_MAX_KEYS = NATIVE_MAX_GRID_YZ * NATIVE_KEYS_PER_CHUNK
 
 
 def require_data(name: str, x: object, backend: str) -> torch.Tensor:
@@ -64,6 +76,16 @@ def require_native_geometry(name: str, heads: int, dim: int) -> None:
         raise MateValueError(
             f"{name}: got heads={heads}, dim={dim}; backend='tilelang' supports heads x dim == "
             f"{NATIVE_HEADS} x {NATIVE_DIM} only; pass backend='reference' for other geometries"
+        )
+
+
+def require_native_keys(name: str, keys: int) -> None:
+    """backend='tilelang' scores at most :data:`NATIVE_MAX_KEYS` keys per request (a grid axis)."""
+    if keys > NATIVE_MAX_KEYS:
+        raise MateValueError(
+            f"{name}: got {keys} keys; backend='tilelang' scores at most {NATIVE_MAX_KEYS} "
+            f"({NATIVE_MAX_GRID_YZ} grid rows of {NATIVE_KEYS_PER_CHUNK} keys); split the keys across "
+            "calls or pass backend='reference'"
         )
 
 

@@ -16,6 +16,7 @@ from ._mqa_common import (
     require_feature_dim,
     require_like,
     require_native_geometry,
+    require_native_keys,
 )
 from .checks import (
     check_backend,
@@ -174,6 +175,7 @@ def _check_native(keys: _Keys, q_idx, block_keys, block_size: int, heads: int, d
             "pass backend='reference' for other block sizes"
         )
     require_native_grid("q_idx", q_idx.shape[0], "requests (B)", "split the batch across calls or pass backend='reference'")
+    require_native_keys("block_keys", keys.width)
     check_vector_layout("q_idx", q_idx)
     check_vector_layout("block_keys", block_keys)
 

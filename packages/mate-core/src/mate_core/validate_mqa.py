@@ -20,6 +20,7 @@ from ._mqa_common import (
     require_feature_dim,
     require_like,
     require_native_geometry,
+    require_native_keys,
 )
 from .checks import (
     check_backend,
@@ -90,6 +91,7 @@ def plan_mqa_prefill(
     resolved = mqa_scale(scale, score_scale, dim)
     if backend == "tilelang":
         require_native_geometry("q", heads, dim)
+        require_native_keys("k", keys.shape[0])
         check_vector_layout("q", q)
         check_vector_layout("k", k)
     native_gate(backend, q.device)

@@ -55,7 +55,8 @@ def qsa_indexer_mqa_score(
         Compressed keys, same dtype, device and ``D`` as ``q_idx``. Logical
         ``[R, N_B, D]`` (``R == B`` for padded ``q_idx``); with ``block_table`` a paged cache
         ``[pages, page_size, 1, D]`` or ``[pages, page_size, D]`` (reference only;
-        native paged scoring is :func:`qsa_mqa_decode`).
+        native paged scoring is :func:`qsa_mqa_decode`). The native path takes
+        ``N_B <= 268431360`` (65535 launch-grid rows of 4096 keys).
     block_table : torch.Tensor, optional
         int32 (reference: int32/int64) ``[R, max_pages]`` logical-to-physical
         page ids for a paged ``block_keys``; entries ``< 0`` or ``>= pages`` are masked.
@@ -145,7 +146,8 @@ def qsa_mqa_prefill(
     q : torch.Tensor
         Queries ``[rows, heads, dim]``, bf16 or fp16 (reference also float32).
     k : torch.Tensor
-        Shared keys ``[keys, dim]`` or ``[keys, 1, dim]``, dtype and device of ``q``.
+        Shared keys ``[keys, dim]`` or ``[keys, 1, dim]``, dtype and device of ``q``. The
+        native path takes ``keys <= 268431360`` (65535 launch-grid rows of 4096 keys).
     row_starts : torch.Tensor
         int32 (reference: int32/int64) ``[rows]``: inclusive visible-key start per row.
     row_ends : torch.Tensor

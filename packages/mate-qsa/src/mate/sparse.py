@@ -61,7 +61,7 @@ def qsa_sparse_attention(
         row view) or ``[total_q, Hq, D]`` flattened with exactly one of
         ``cu_seqlens_q`` or ``token_to_req`` + ``num_requests``. Canonical
         geometry: ``Hq=24, Hkv=2, D=256``; ``backend="tilelang"`` requires
-        ``D == 256`` and ``Hq // Hkv <= 16``.
+        ``D == 256``, ``Hq // Hkv <= 16`` and ``Hq <= 65535`` (a launch-grid axis).
     key : torch.Tensor
         Same dtype, device and ``D`` as ``query``; ``Hkv >= 1`` must divide ``Hq``.
         Paged ``[pages, page_size, Hkv, D]`` with ``block_table``; padded
