@@ -188,11 +188,13 @@ def test_pipeline_modes(query_kind: str, gen: torch.Generator) -> None:
             _check(native, ref, case)
 
 
-def test_padded_kv(gen: torch.Generator) -> None:
-    """Padded [R, S, Hkv, D] K/V with a padded query runs as one page per request."""
-    from mate_kernels_musa import sparse_attention
+@pytest.mark.parametrize("num_splits", [1, None])
+def test_padded_kv(num_splits: int | None, gen: torch.Generator) -> None:
+    """Padded [R, S, Hkv, D] K/V with a padded query runs as one page per request; ``None``
+    may split it (only an explicit count above 1 is rejected with padded K/V)."""
+    from mate_kernels_musa import sparse_attention, sparse_launch
 
-    b, q, s, t = 3, 5, 200, 90
+    b, q, s, t = 3, 5, 200, 300  # 300 slots: None picks 4 splits (at least 64 slots each)
     ids = torch.randint(-1, s + 20, (b, q, t), generator=gen, dtype=torch.int32)
     kwargs = {
         "query": torch.randn(b, q, 24, 256, generator=gen).to(torch.bfloat16),
@@ -200,11 +202,12 @@ def test_padded_kv(gen: torch.Generator) -> None:
         "value": torch.randn(b, s, 2, 256, generator=gen).to(torch.bfloat16),
         "token_indices": ids,
         "seq_lens_k": torch.tensor([200, 150, 17], dtype=torch.int32),
-        "num_splits": 1,
+        "num_splits": num_splits,
         "return_lse": True,
     }
     case = cases.Case(kwargs).to("cuda")
     native, ref = _plans(case)
+    assert (sparse_launch.schedule_for(native).splits > 1) == (num_splits is None)
     sparse_attention(native)
     _check(native, ref, case)
     # [B, Q] positions sliced from a wider table (no [rows] view without a copy): the launcher flattens them.
