@@ -100,3 +100,18 @@ def build_sparse_plan(
 def sparse_plan():
     """The unvalidated SparseAttentionPlan builder (``build_sparse_plan``)."""
     return build_sparse_plan
+
+
+# backend values every public mate_reference entry point rejects: (backend, error, message pattern
+# with ``{entry}`` for the entry point's name).
+_REJECTED_BACKENDS = [
+    ("tilelang", ValueError, r"^backend: got 'tilelang'; mate_reference\.{entry} runs only backend="),
+    ("auto", ValueError, r"^backend: got 'auto'; automatic backend selection is not supported"),
+    (3, TypeError, r"^backend: got int 3; expected one of "),
+]
+
+
+@pytest.fixture(params=_REJECTED_BACKENDS, ids=lambda case: repr(case[0]))
+def rejected_backend(request):
+    """``(backend, error, pattern)``: a backend the reference entry points reject, and how."""
+    return request.param
