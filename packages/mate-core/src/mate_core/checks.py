@@ -321,6 +321,12 @@ def positions_view(t: torch.Tensor) -> torch.Tensor:
         return t
 
 
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     start = t.data_ptr()
     extent = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 0)
@@ -468,10 +474,15 @@ def check_no_overlap(name: str, buf: torch.Tensor, inputs: dict[str, torch.Tenso
     """Reject an output buffer whose memory overlaps any input (host pointers only)."""
     if not _has_storage(buf) or buf.numel() == 0:
         return
+    slo, shi = _storage_span(buf)
     lo, hi = _byte_span(buf)
     for other_name, t in inputs.items():
-        if t is None or t.numel() == 0 or t.device != buf.device or not _has_storage(t):
+        # buf has storage, so this is no trace, and an input on its device has storage too.
+        if t is None or t.numel() == 0 or t.device != buf.device:
             continue
+        tlo, thi = _storage_span(t)
+        if not (slo < thi and tlo < shi):
+            continue  # disjoint allocations (the usual case; cheaper than the views' spans)
         olo, ohi = _byte_span(t)
         if not (lo < ohi and olo < hi):
             continue  # disjoint spans: the cheap test settles it
