@@ -1,7 +1,7 @@
 """check_plan_pointers: the pointer rules of validation, applied to a plan's real tensors.
 
 Validation cannot apply these rules while torch.compile traces (fake tensors have no
-addresses); the custom op applies them to each compiled call (``mate-qsa`` tests that end).
+addresses); the custom op applies them to each compiled call (the ``mate-qsa`` tests check that).
 Here each rule is broken on a plan that passed validation, and must raise the same error
 as the eager validation of the same input would.
 """
@@ -28,15 +28,7 @@ from mate_core.pointer_checks import SPARSE_INPUT_FIELDS, check_plan_pointers
 from mate_core.validate_indexer import plan_indexer_score
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared case builders live next to this file
-from test_validate_sparse_cases import sparse_call
-
-
-def _misaligned(t: torch.Tensor) -> torch.Tensor:
-    """Same shape and values, one element (2 bytes) past a 16-byte boundary."""
-    flat = torch.empty(t.numel() + 1, dtype=t.dtype)
-    view = flat[1:].view(t.shape)
-    view.copy_(t)
-    return view
+from test_validate_sparse_cases import misaligned, sparse_call
 
 
 def _sparse_plan(gen: torch.Generator, **changes) -> SparseAttentionPlan:
@@ -93,7 +85,7 @@ def test_out_overlapping_itself(gen) -> None:
 @pytest.mark.parametrize("name", ["key", "value"])
 def test_misaligned_native_kv(gen, name: str) -> None:
     plan = _sparse_plan(gen)
-    broken = dataclasses.replace(plan, **{name: _misaligned(getattr(plan, name))})
+    broken = dataclasses.replace(plan, **{name: misaligned(getattr(plan, name))})
     check_plan_pointers("sparse_attention", broken)  # the reference has no vector-load rule
     with pytest.raises(LayoutError, match=f"^{name}: ") as info:
         check_plan_pointers("sparse_attention", dataclasses.replace(broken, backend="tilelang"))
@@ -125,7 +117,7 @@ def _indexer_plan(gen):
 def test_misaligned_native_mqa_operands(gen, operation, build, name, field) -> None:
     plan = build(gen)
     check_plan_pointers(operation, dataclasses.replace(plan, backend="tilelang"))
-    broken = dataclasses.replace(plan, backend="tilelang", **{field: _misaligned(getattr(plan, field))})
+    broken = dataclasses.replace(plan, backend="tilelang", **{field: misaligned(getattr(plan, field))})
     with pytest.raises(LayoutError, match=f"^{name}: "):
         check_plan_pointers(operation, broken)
 

@@ -126,6 +126,12 @@ def to_device(args: dict[str, Any], device: str) -> dict[str, Any]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
 
 
+def misaligned(t: torch.Tensor) -> torch.Tensor:
+    """Same shape and dtype, random values, one element (2 bytes) past a 16-byte boundary."""
+    flat = torch.randn(t.numel() + 1).to(t.dtype)
+    return flat[1:].view(t.shape)
+
+
 def same_memory(view: torch.Tensor, base: torch.Tensor) -> bool:
     """``view`` starts where ``base`` starts, in the same storage (a zero-copy view)."""
     return view.data_ptr() == base.data_ptr() and (

@@ -17,7 +17,7 @@ from mate_core import LayoutError, MateTypeError, MateValueError, UnsupportedTar
 from mate_core.checks import VECTOR_LOAD_MESSAGE
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared case builders live next to this file
-from test_validate_sparse_cases import NATIVE, ROWS, B, apply, ints, lead, sparse_call
+from test_validate_sparse_cases import NATIVE, ROWS, B, apply, ints, lead, misaligned, sparse_call
 
 
 def _native(gen, **layout):
@@ -89,12 +89,6 @@ def _kv(transform):
     return {"key": lambda a: transform(a["key"]), "value": lambda a: transform(a["value"])}
 
 
-def _misaligned(t):
-    """Same shape, storage offset of one element (2 bytes): data_ptr not 16-byte aligned."""
-    flat = torch.randn(t.numel() + 1).to(t.dtype)
-    return flat[1:].view(t.shape)
-
-
 def _padded_last(t, extra):
     """Same shape inside a wider last axis: outer strides of (D + extra) elements."""
     return torch.randn(*t.shape[:-1], t.shape[-1] + extra).to(t.dtype)[..., : t.shape[-1]]
@@ -110,7 +104,7 @@ RULES = [
     ({"kv": "padded"}, {"num_splits": 2}, MateValueError, r"num_splits: got 2 with padded .*None \(the schedule chooses\) or 1"),
     ({}, {"num_splits": 65536}, MateValueError, "num_splits: got 65536 splits.*at most 65535"),
     ({}, _kv(lambda t: torch.randn(*t.shape, 2).to(t.dtype)[..., 0]), LayoutError, "key: "),
-    ({}, {"value": lambda a: _misaligned(a["value"])}, LayoutError, "value: "),
+    ({}, {"value": lambda a: misaligned(a["value"])}, LayoutError, "value: "),
     ({}, _kv(lambda t: _padded_last(t, 4)), LayoutError, "key: "),
     ({"query": "physical"}, {"value": lambda a: _padded_last(a["value"], 4)}, LayoutError, "value: "),
 ]
