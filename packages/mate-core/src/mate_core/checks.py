@@ -35,6 +35,7 @@ __all__ = [
     "is_non_overlapping",
     "resolve_scale",
     "check_vector_layout",
+    "check_vector_alignment",
     "row_view",
     "check_out_buffer",
     "check_internal_overlap",
@@ -279,13 +280,25 @@ def check_vector_layout(name: str, t: torch.Tensor) -> None:
     problems = []
     if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
         problems.append(f"feature stride {t.stride(-1)} (expected 1)")
-    if _has_storage(t) and t.data_ptr() % 16 != 0:
-        problems.append(f"data_ptr() % 16 == {t.data_ptr() % 16}")
+    problems += _misalignment(t)
     for axis in range(t.dim() - 1):
         if t.shape[axis] > 1:
             s = t.stride(axis)
             if s <= 0 or (s * elem) % 16 != 0:
                 problems.append(f"axis {axis} stride {s} ({s * elem} bytes; expected a positive multiple of 16)")
+    _raise_vector_layout(name, t, problems)
+
+
+def check_vector_alignment(name: str, t: torch.Tensor) -> None:
+    """The data-pointer part of :func:`check_vector_layout` alone (its stride rules need no pointer)."""
+    _raise_vector_layout(name, t, _misalignment(t))
+
+
+def _misalignment(t: torch.Tensor) -> list[str]:
+    return [f"data_ptr() % 16 == {t.data_ptr() % 16}"] if _has_storage(t) and t.data_ptr() % 16 != 0 else []
+
+
+def _raise_vector_layout(name: str, t: torch.Tensor, problems: list[str]) -> None:
     if problems:
         raise LayoutError(f"{name}: {VECTOR_LOAD_MESSAGE} (got {describe(t)}: {'; '.join(problems)})")
 

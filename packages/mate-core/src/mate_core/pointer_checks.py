@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import check_internal_overlap, check_no_overlap, check_vector_layout
+from .checks import check_internal_overlap, check_no_overlap, check_vector_alignment
 
 __all__ = ["SPARSE_INPUT_FIELDS", "check_plan_pointers"]
 
@@ -25,7 +25,7 @@ SPARSE_INPUT_FIELDS = (
     "block_table",
 )  # fmt: skip
 
-# operation -> (argument name, plan field) pairs under the vector-load rule with backend='tilelang'.
+# operation -> (argument name, plan field) pairs under the vector-load rule's alignment with backend='tilelang'.
 _NATIVE_VECTOR_OPERANDS = {
     "indexer_score": (("q_idx", "q"), ("block_keys", "block_keys")),
     "mqa_prefill": (("q", "q"), ("k", "k")),
@@ -59,4 +59,4 @@ def check_plan_pointers(operation: str, plan: Any) -> None:
             check_no_overlap("lse", plan.lse_result, {**inputs, "out": plan.out_result})
     if plan.backend == "tilelang":
         for name, field in _NATIVE_VECTOR_OPERANDS.get(operation, ()):
-            check_vector_layout(name, getattr(plan, field))
+            check_vector_alignment(name, getattr(plan, field))  # the stride rules held while tracing
