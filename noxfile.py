@@ -112,9 +112,11 @@ def benchmarks(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check, at the version the root pyproject pins."""
+    """ruff check and ruff format --check, at the version the root pyproject pins."""
     session.install(*GROUPS["lint"])
-    session.run("ruff", "check", "packages", "benchmarks", "noxfile.py", "conftest.py")
+    paths = ("packages", "benchmarks", "noxfile.py", "conftest.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 def _pins(requirements: list[str]) -> dict[str, str]:

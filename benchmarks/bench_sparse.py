@@ -395,7 +395,9 @@ def format_table(results: list[dict]) -> str:
     lines = [" | ".join(cols)]
     for r in results:
         if r["name"] == "ceilings":
-            lines.insert(0, f"ceilings: copy {r['copy_TBps']:.2f} TB/s, gemm8192 {r.get('gemm8192_TFLOPs', 0):.0f} TFLOP/s")
+            lines.insert(
+                0, f"ceilings: copy {r['copy_TBps']:.2f} TB/s, gemm8192 {r.get('gemm8192_TFLOPs', 0):.0f} TFLOP/s"
+            )
             continue
         cells = []
         for c in cols:

@@ -87,7 +87,9 @@ def run(quick: bool, flex: bool, do_sweep: bool, progress: Any = None) -> dict[s
                 results.append(row)
     return {
         "date": datetime.date.today().isoformat(),
-        "command": "python -m benchmarks" + (" --quick" if quick else "") + ("" if flex else " --no-flex")
+        "command": "python -m benchmarks"
+        + (" --quick" if quick else "")
+        + ("" if flex else " --no-flex")
         + ("" if do_sweep else " --no-sweep"),
         "env": env_info(),
         "ceilings": ceilings,

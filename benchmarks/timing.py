@@ -190,7 +190,9 @@ def _call(call: Callable[[int], Any], i: int, flusher: L2Flusher | None, start: 
         end.record()
 
 
-def _timed(call: Callable[[int], Any], reps: int, flusher: L2Flusher | None, settle_s: float = SETTLE_S) -> dict[str, Any]:
+def _timed(
+    call: Callable[[int], Any], reps: int, flusher: L2Flusher | None, settle_s: float = SETTLE_S
+) -> dict[str, Any]:
     """Calls ``call(0) .. call(reps - 1)``, each after the flush (outside the timed window) and
     bracketed by CUDA events, in bursts of at most ``BURST_MS`` of GPU time: before each burst
     the GPU idles (``settle_s`` before the first, ``REST_S`` between) and then runs ``WARM_MS``

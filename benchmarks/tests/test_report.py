@@ -10,8 +10,17 @@ from benchmarks import report, sweep
 
 
 def _doc() -> dict:
-    case = {"op": "sparse_attention", "name": "decode_64x1", "native_us": 102.5, "floor_us": 63.3,
-            "ratio_to_floor": 1.62, "torch_us": 1157.0, "speedup_vs_torch": 11.3, "bytes": 2.7e8, "flops": 3.2e9}
+    case = {
+        "op": "sparse_attention",
+        "name": "decode_64x1",
+        "native_us": 102.5,
+        "floor_us": 63.3,
+        "ratio_to_floor": 1.62,
+        "torch_us": 1157.0,
+        "speedup_vs_torch": 11.3,
+        "bytes": 2.7e8,
+        "flops": 3.2e9,
+    }
     pts = [{"op": "sparse_decode", "sweep": "context", "x": x, "name": f"p{x}", "native_us": x / 1000,
             "floor_us": x / 2000, "torch_us": x / 100, "ratio_to_floor": 2.0} for x in (8192, 32768, 131072)]  # fmt: skip
     return {
@@ -99,6 +108,7 @@ def test_mixed_case_inputs() -> None:
     assert bool((sel <= pos[:, None]).all()) and int((sel >= 0).sum(1).min()) >= 4 * b.BLOCKS
     assert table.shape == (1 + b.MIXED_DECODE, b.CTX // b.PAGE) and pages == b.MIXED_POOL
     assert 0 <= int(table.min()) and int(table.max()) < pages
+
     # The chunk's neighbouring rows share most of their blocks; decode rows do not.
     def shared(a, c):
         return len(set(a.tolist()) & set(c.tolist())) / b.WIDTH

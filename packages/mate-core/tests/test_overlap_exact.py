@@ -26,8 +26,14 @@ ROWS, H, D = 6, 4, 8
 
 def _overlap(a: torch.Tensor, b: torch.Tensor, budget: int | None = None) -> bool | None:
     return _strided_overlap(
-        a.data_ptr(), a.shape, a.stride(), a.element_size(),
-        b.data_ptr(), b.shape, b.stride(), b.element_size(),
+        a.data_ptr(),
+        a.shape,
+        a.stride(),
+        a.element_size(),
+        b.data_ptr(),
+        b.shape,
+        b.stride(),
+        b.element_size(),
         budget,
     )
 
@@ -119,8 +125,11 @@ def test_real_overlap_rejected(case):
     out, other = _overlapping_pairs()[case]
     assert _overlap(out, other) is True
     assert _overlap(other, out) is True
-    with pytest.raises(MateValueError, match=r"^out: its memory overlaps query; native paths bind out directly and "
-                       r"reject input/output overlap\. Pass a separate buffer"):
+    with pytest.raises(
+        MateValueError,
+        match=r"^out: its memory overlaps query; native paths bind out directly and "
+        r"reject input/output overlap\. Pass a separate buffer",
+    ):
         check_no_overlap("out", out, {"query": other})
 
 
@@ -207,8 +216,12 @@ _axes = st.lists(st.tuples(st.integers(1, 6), st.integers(-40, 40)), min_size=0,
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.integers(0, 300), _axes, st.sampled_from((1, 2, 3, 4, 8)),
-    st.integers(0, 300), _axes, st.sampled_from((1, 2, 3, 4, 8)),
+    st.integers(0, 300),
+    _axes,
+    st.sampled_from((1, 2, 3, 4, 8)),
+    st.integers(0, 300),
+    _axes,
+    st.sampled_from((1, 2, 3, 4, 8)),
 )
 def test_matches_brute_force_on_raw_metadata(ptr_a, axes_a, isa, ptr_b, axes_b, isb):
     """Unaligned byte pointers, odd item sizes, zero and negative strides: beyond what torch makes."""

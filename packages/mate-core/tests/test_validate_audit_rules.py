@@ -53,7 +53,9 @@ SPARSE_LAYOUT = [
 ]
 
 
-@pytest.mark.parametrize(("plan", "name", "dense"), SPARSE_LAYOUT, ids=[f"{p.__name__}-{n}" for p, n, _ in SPARSE_LAYOUT])
+@pytest.mark.parametrize(
+    ("plan", "name", "dense"), SPARSE_LAYOUT, ids=[f"{p.__name__}-{n}" for p, n, _ in SPARSE_LAYOUT]
+)
 def test_sparse_layout_tensors_are_rejected(plan, name, dense):
     plan(**{name: dense})  # the dense tensor is accepted
     with pytest.raises(MateTypeError, match=f"^{name}: got a tensor with layout torch.sparse_coo; expected a dense"):

@@ -41,8 +41,13 @@ def prefill(**kw):
 
 def decode(**kw):
     """3 requests, 5 pages of 16 keys, table [3, 4], max_model_len 40."""
-    args = {"q": _t(3, 4, 128), "k_cache": _t(5, 16, 1, 128), "page_table": _t(3, 4, dtype=I32),
-            "context_lens": _t(3, dtype=I32), "max_model_len": 40}
+    args = {
+        "q": _t(3, 4, 128),
+        "k_cache": _t(5, 16, 1, 128),
+        "page_table": _t(3, 4, dtype=I32),
+        "context_lens": _t(3, dtype=I32),
+        "max_model_len": 40,
+    }
     return {**args, **kw}
 
 
@@ -113,20 +118,30 @@ def test_generic_rule_rejects(which, name, exc, make, backend):
 
 
 @pytest.mark.parametrize("which", ["prefill", "decode"])
-@pytest.mark.parametrize(("backend", "exc"), [("auto", MateValueError), ("Reference", MateValueError), (0, MateTypeError)])
+@pytest.mark.parametrize(
+    ("backend", "exc"), [("auto", MateValueError), ("Reference", MateValueError), (0, MateTypeError)]
+)
 def test_backend_names(which, backend, exc):
     expect(exc, "backend", which, BUILDERS[which](), backend)
 
 
 NATIVE_BAD = [
-    ("prefill", "q", MateTypeError, lambda: prefill(q=_t(6, 4, 128, dtype=torch.float32),
-                                                    k=_t(9, 128, dtype=torch.float32))),
+    (
+        "prefill",
+        "q",
+        MateTypeError,
+        lambda: prefill(q=_t(6, 4, 128, dtype=torch.float32), k=_t(9, 128, dtype=torch.float32)),
+    ),
     ("prefill", "row_starts", MateTypeError, lambda: prefill(row_starts=_t(6, dtype=I64))),
     ("prefill", "row_ends", MateTypeError, lambda: prefill(row_ends=_t(6, dtype=I64))),
     ("prefill", "q", MateValueError, lambda: prefill(q=_t(6, 2, 128))),
     ("prefill", "q", MateValueError, lambda: prefill(q=_t(6, 4, 64), k=_t(9, 64))),
-    ("decode", "q", MateTypeError, lambda: decode(q=_t(3, 4, 128, dtype=torch.float32),
-                                                  k_cache=_t(5, 16, 128, dtype=torch.float32))),
+    (
+        "decode",
+        "q",
+        MateTypeError,
+        lambda: decode(q=_t(3, 4, 128, dtype=torch.float32), k_cache=_t(5, 16, 128, dtype=torch.float32)),
+    ),
     ("decode", "page_table", MateTypeError, lambda: decode(page_table=_t(3, 4, dtype=I64))),
     ("decode", "context_lens", MateTypeError, lambda: decode(context_lens=_t(3, dtype=I64))),
     ("decode", "q", MateValueError, lambda: decode(q=_t(3, 1, 8, 128))),
@@ -135,9 +150,14 @@ NATIVE_BAD = [
     ("decode", "k_cache", MateValueError, lambda: decode(k_cache=_t(5, 128, 128))),
     ("decode", "k_cache", MateValueError, lambda: decode(k_cache=_t(5, 1, 128))),
     # B spans a grid axis of at most 65535 CTAs
-    ("decode", "65535", MateValueError, lambda: decode(q=_t(1, 4, 128).expand(65536, 4, 128),
-                                                       page_table=_t(65536, 4, dtype=I32),
-                                                       context_lens=_t(65536, dtype=I32))),
+    (
+        "decode",
+        "65535",
+        MateValueError,
+        lambda: decode(
+            q=_t(1, 4, 128).expand(65536, 4, 128), page_table=_t(65536, 4, dtype=I32), context_lens=_t(65536, dtype=I32)
+        ),
+    ),
 ]
 
 
@@ -233,8 +253,9 @@ def test_decode_plan(q_shape, k_shape):
 
 def test_decode_positional_score_scale_and_broadcast_q():
     args = decode(q=_t(1, 4, 128).expand(3, 4, 128))
-    plan = plan_mqa_decode(args["q"], args["k_cache"], args["page_table"], args["context_lens"], 40, 8.0,
-                           backend="reference")
+    plan = plan_mqa_decode(
+        args["q"], args["k_cache"], args["page_table"], args["context_lens"], 40, 8.0, backend="reference"
+    )
     assert plan.scale == pytest.approx(0.125) and plan.q.stride(0) == 0
 
 

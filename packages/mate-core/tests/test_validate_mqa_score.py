@@ -118,7 +118,9 @@ def test_generic_rule_rejects(name, exc, make, backend):
     expect(exc, name, make(), backend)
 
 
-@pytest.mark.parametrize(("backend", "exc"), [("auto", MateValueError), ("cuda", MateValueError), (None, MateTypeError)])
+@pytest.mark.parametrize(
+    ("backend", "exc"), [("auto", MateValueError), ("cuda", MateValueError), (None, MateTypeError)]
+)
 def test_backend_names(backend, exc):
     expect(exc, "backend", padded(), backend)
 
@@ -129,8 +131,11 @@ def _misaligned(*shape):
 
 
 NATIVE_BAD = [
-    ("q_idx", MateTypeError, lambda: padded(q_idx=_t(2, 5, 4, 128, dtype=torch.float32),
-                                            block_keys=_t(2, 3, 128, dtype=torch.float32))),
+    (
+        "q_idx",
+        MateTypeError,
+        lambda: padded(q_idx=_t(2, 5, 4, 128, dtype=torch.float32), block_keys=_t(2, 3, 128, dtype=torch.float32)),
+    ),
     ("seq_lens_q", MateTypeError, lambda: padded(seq_lens_q=_t(2, dtype=torch.int64))),
     ("query_positions", MateTypeError, lambda: padded(query_positions=_t(2, 5, dtype=torch.int64))),
     ("qsa_mqa_prefill", MateValueError, lambda: varlen()),
@@ -141,8 +146,11 @@ NATIVE_BAD = [
     ("q_idx", MateValueError, lambda: padded(q_idx=_t(2, 5, 4, 64), block_keys=_t(2, 3, 64))),
     ("block_size", MateValueError, lambda: padded(block_size=8)),
     # B spans a grid axis of at most 65535 CTAs
-    ("65535", MateValueError, lambda: padded(q_idx=_t(1, 1, 4, 128).expand(65536, 1, 4, 128),
-                                             block_keys=_t(1, 3, 128).expand(65536, 3, 128))),
+    (
+        "65535",
+        MateValueError,
+        lambda: padded(q_idx=_t(1, 1, 4, 128).expand(65536, 1, 4, 128), block_keys=_t(1, 3, 128).expand(65536, 3, 128)),
+    ),
 ]
 
 
@@ -206,8 +214,12 @@ def test_valid_native_call_on_cpu_reaches_the_arch_gate(make):
 
 
 def test_meta_tensors_reach_the_arch_gate():
-    expect(UnsupportedTargetError, "meta", padded(q_idx=_t(2, 5, 4, 128, device="meta"),
-                                                block_keys=_t(2, 3, 128, device="meta")), "tilelang")
+    expect(
+        UnsupportedTargetError,
+        "meta",
+        padded(q_idx=_t(2, 5, 4, 128, device="meta"), block_keys=_t(2, 3, 128, device="meta")),
+        "tilelang",
+    )
 
 
 def _check_plan(plan, *, lead, width, num_requests, q_len, page_size=0):
@@ -252,8 +264,9 @@ def test_accepts_varlen_token_to_req():
 
 
 def test_accepts_zero_requests():
-    args = varlen(q_idx=_t(3, 4, 128), cu_seqlens_q=None, token_to_req=_t(3, dtype=I32), num_requests=0,
-                  block_keys=_t(0, 3, 128))
+    args = varlen(
+        q_idx=_t(3, 4, 128), cu_seqlens_q=None, token_to_req=_t(3, dtype=I32), num_requests=0, block_keys=_t(0, 3, 128)
+    )
     _check_plan(plan_indexer_score(**args, backend="reference"), lead=(3,), width=3, num_requests=0, q_len=0)
 
 
@@ -268,10 +281,12 @@ def test_accepts_paged(keys_shape, page_size):
 
 
 def test_accepts_paged_varlen_with_int64_metadata():
-    args = varlen(block_keys=_t(6, 4, 128), block_table=_t(2, 3, dtype=torch.int64),
-                  cu_seqlens_q=torch.tensor([0, 3, 7]))
-    _check_plan(plan_indexer_score(**args, backend="reference"), lead=(7,), width=12, num_requests=2, q_len=0,
-                page_size=4)
+    args = varlen(
+        block_keys=_t(6, 4, 128), block_table=_t(2, 3, dtype=torch.int64), cu_seqlens_q=torch.tensor([0, 3, 7])
+    )
+    _check_plan(
+        plan_indexer_score(**args, backend="reference"), lead=(7,), width=12, num_requests=2, q_len=0, page_size=4
+    )
 
 
 @pytest.mark.parametrize("shape", [(2, 5), (10,)])
@@ -302,9 +317,21 @@ def test_reference_accepts_float32_and_any_block_size():
     assert plan.block_size == 7 and plan.scale == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("make", [padded, varlen, paged, lambda: varlen(cu_seqlens_q=None,
-                                  token_to_req=_t(7, dtype=I32), num_requests=2, block_table=_t(2, 2, dtype=I32),
-                                  block_keys=_t(6, 4, 128))])
+@pytest.mark.parametrize(
+    "make",
+    [
+        padded,
+        varlen,
+        paged,
+        lambda: varlen(
+            cu_seqlens_q=None,
+            token_to_req=_t(7, dtype=I32),
+            num_requests=2,
+            block_table=_t(2, 2, dtype=I32),
+            block_keys=_t(6, 4, 128),
+        ),
+    ],
+)
 def test_meta_tensors_validate_without_device_reads(make):
     args = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in make().items()}
     plan = plan_indexer_score(**args, seq_lens_q=torch.empty(2, dtype=I32, device="meta"), backend="reference")

@@ -101,7 +101,12 @@ RULES = [
     ({"kv": "varlen"}, {}, MateValueError, "cu_seqlens_k: .*backend='reference'"),
     ({"kv": "padded", "query": "cu_seqlens"}, {}, MateValueError, "query: .*padded"),
     ({"kv": "padded", "query": "token_to_req"}, {}, MateValueError, "query: .*padded"),
-    ({"kv": "padded"}, {"num_splits": 2}, MateValueError, r"num_splits: got 2 with padded .*None \(the schedule chooses\) or 1"),
+    (
+        {"kv": "padded"},
+        {"num_splits": 2},
+        MateValueError,
+        r"num_splits: got 2 with padded .*None \(the schedule chooses\) or 1",
+    ),
     ({}, {"num_splits": 65536}, MateValueError, "num_splits: got 65536 splits.*at most 65535"),
     ({}, _kv(lambda t: torch.randn(*t.shape, 2).to(t.dtype)[..., 0]), LayoutError, "key: "),
     ({}, {"value": lambda a: misaligned(a["value"])}, LayoutError, "value: "),
@@ -150,7 +155,9 @@ def test_head_counts_past_a_grid_axis(hq, hkv, pattern, limit):
         plan_sparse_attention(query, key, key, torch.empty(2, 7, **ids), cu_seqlens_q=torch.empty(2, **ids),
                               block_table=torch.empty(1, 1, **ids))  # fmt: skip
 
-    with pytest.raises(MateValueError, match=f"^{pattern}; backend='tilelang' launches them on a grid axis of at most 65535"):
+    with pytest.raises(
+        MateValueError, match=f"^{pattern}; backend='tilelang' launches them on a grid axis of at most 65535"
+    ):
         call(hq, hkv)
     with pytest.raises(UnsupportedTargetError, match="meta"):  # the largest counts that fit pass the rule
         call(*limit)

@@ -125,8 +125,8 @@ def _poison_tail(key, value, table, seq_lens_k, page_size):
                 continue
             first = int(seq_lens_k[b]) - p * page_size
             if first < page_size:
-                key[page, max(first, 0):] = float("nan")
-                value[page, max(first, 0):] = float("nan")
+                key[page, max(first, 0) :] = float("nan")
+                value[page, max(first, 0) :] = float("nan")
 
 
 def _embed(gen: torch.Generator, t: torch.Tensor, lead: int, vector: bool) -> tuple[torch.Tensor, torch.Tensor]:

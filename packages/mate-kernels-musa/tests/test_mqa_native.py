@@ -239,7 +239,9 @@ def test_indexer_score_sliced_views(gen) -> None:
     got, want = _run_both(plan_indexer_score, "indexer_score", q, k, scale=0.11)
     assert_scores_match(got, want)
     # [B, Q] positions sliced from a wider table: no [rows] view without a copy.
-    pos = torch.randint(0, 4 * blocks + 8, (batch, q_len + 5), generator=gen, dtype=torch.int32).cuda()[:, 2 : q_len + 2]
+    pos = torch.randint(0, 4 * blocks + 8, (batch, q_len + 5), generator=gen, dtype=torch.int32).cuda()[
+        :, 2 : q_len + 2
+    ]
     got, want = _run_both(plan_indexer_score, "indexer_score", q, k, query_positions=pos)
     assert_scores_match(got, want)
 

@@ -92,7 +92,9 @@ def test_failures_are_reported_not_raised() -> None:
     from mate_kernels_musa import mqa_score_kernel
 
     # Keys-on-M stages need bulk stores: the factory raises ValueError before compiling.
-    bad = pc.Spec("mqa_score", mqa_score_kernel.score_kernel, ("bfloat16", *mqa_score_kernel.DEFAULT_TILES, False, True))
+    bad = pc.Spec(
+        "mqa_score", mqa_score_kernel.score_kernel, ("bfloat16", *mqa_score_kernel.DEFAULT_TILES, False, True)
+    )
     seen = []
     (result,) = pc.precompile([bad], on_result=seen.append)
     assert seen == [result] and result.spec == bad and result.error and "ValueError" in result.error

@@ -86,7 +86,9 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
         n_blk = -(-n_tok // block_n)
         per = -(-n_blk // splits)
         for r in range(rows):
-            req, lim = _resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, eager)
+            req, lim = _resolve(
+                r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, eager
+            )
             for hk in range(hkv):
                 q = Q[r, hk * group : (hk + 1) * group].double()
                 for s in range(splits):
@@ -340,7 +342,9 @@ def test_launcher_union_path(emulated, monkeypatch, index: int, gen: torch.Gener
     rows, width = ids.shape
     for g in range(0, rows // 4, 2):  # every other group: its 4 rows select the same ids (union fill 1/4)
         ids[4 * g + 1 : 4 * g + 4] = ids[4 * g]
-    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    plan = plan_sparse_attention(
+        **{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference"
+    )
     assert sparse_launch.schedule_for(plan).union_rows == 4
     _, nu, _ = sparse_union.prepare_union(plan, 4, "fused")
     max_nu = int(sparse_launch.UNION_MAX_FILL * 4 * width)
@@ -372,7 +376,9 @@ def test_launcher_sorts_without_union(emulated, monkeypatch, index: int, gen: to
     case = None
     while case is None or case.kwargs["query"].shape[0] < 4:
         case = cases.random_case(gen, max_rows=16, max_width=70, num_splits=None, query_kind="cu", **_geometry(index))
-    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    plan = plan_sparse_attention(
+        **{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference"
+    )
     sched = sparse_launch.schedule_for(plan)
     assert sched.sort and sched.union_rows == 0 and sched.splits == 1
     _check_case(case)
@@ -394,11 +400,15 @@ def test_launcher_mixed_batch(emulated, monkeypatch, gen: torch.Generator) -> No
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)
     monkeypatch.delenv(sparse_launch.UNION_ENV, raising=False)
     case, in_chunk = cases.mixed_batch(gen, 22, 43, hq=3, hkv=1)
-    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    plan = plan_sparse_attention(
+        **{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference"
+    )
     assert sparse_launch.schedule_for(plan).union_rows == 4
     _, nu, _ = sparse_union.prepare_union(plan, 4, "fused", max_nu=1000, min_rows=sparse_launch.union_min_rows())
     assert [int(n) != UNMEASURED for n in nu] == in_chunk, (nu.tolist(), in_chunk)
-    assert (nu[torch.tensor(in_chunk)] <= int(sparse_launch.UNION_MAX_FILL * 4 * 43)).all(), "no chunk group takes the union"
+    assert (nu[torch.tensor(in_chunk)] <= int(sparse_launch.UNION_MAX_FILL * 4 * 43)).all(), (
+        "no chunk group takes the union"
+    )
     with pytest.raises(ValueError, match="min_rows=16 needs max_nu < 2147483647"):
         sparse_union.prepare_union(plan, 4, "fused", min_rows=16)
     _check_case(case)
@@ -583,7 +593,9 @@ def test_union_env_switch(monkeypatch, gen: torch.Generator) -> None:
     monkeypatch.delenv(sparse_launch.UNION_ENV)
     monkeypatch.setattr(sparse_launch, "_sm_count", lambda device: 1)
     case = cases.random_case(gen, max_rows=64, max_width=40, num_splits=None, query_kind="cu", n_req=1)
-    plan = plan_sparse_attention(**{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference")
+    plan = plan_sparse_attention(
+        **{k: v for k, v in case.kwargs.items() if k not in ("out", "lse")}, backend="reference"
+    )
     assert sparse_launch.schedule_for(plan).union_rows == (4 if plan.rows >= per_req else 0)
 
 

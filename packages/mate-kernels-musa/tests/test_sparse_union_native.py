@@ -160,7 +160,9 @@ def test_fused_prep_matches_torch_prep(r: int, gen: torch.Generator) -> None:
         u2, _, c2 = prepare_union(native, r, "fused")
         live_u = torch.arange(u1.shape[1], device="cuda")[None, :] < nu1[:, None]
         live_u_c = live_u[:, None, :].expand(-1, r, -1)
-        assert torch.equal(u1[live_u], u2[live_u]) and torch.equal(c1[live_u_c], c2[live_u_c]), "order not deterministic"
+        assert torch.equal(u1[live_u], u2[live_u]) and torch.equal(c1[live_u_c], c2[live_u_c]), (
+            "order not deterministic"
+        )
         # Under a union cap (the launcher's max_nu): the same NU, and the same U/C for the groups
         # within it (the others go to the paged kernel and are not written). Poisoned blocks of
         # the outputs' sizes are freed first, so the caching allocator hands them out again.

@@ -136,6 +136,7 @@ def test_compiled_out_overlapping_query(make_case, gen) -> None:
             assert got.data_ptr() == query.data_ptr()
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
+
 def test_op_checks_pointers_and_backend_before_running(make_case, gen, monkeypatch) -> None:
     plan = _plan("sparse_attention", make_case, gen)
     ran = []

@@ -195,7 +195,9 @@ def test_rows_outside_cu_seqlens_are_padded(gen):
     kw = {"key": key, "value": value, "return_lse": True}
     out, lse = qsa_sparse_attention(query, token_indices=ids, cu_seqlens_q=torch.tensor([2, 4, 7]), **kw)
     assert torch.equal(out[[0, 1, 7]], torch.zeros_like(out[[0, 1, 7]])) and torch.isneginf(lse[[0, 1, 7]]).all()
-    want, want_lse = qsa_sparse_attention(query[2:7], token_indices=ids[2:7], cu_seqlens_q=torch.tensor([0, 2, 5]), **kw)
+    want, want_lse = qsa_sparse_attention(
+        query[2:7], token_indices=ids[2:7], cu_seqlens_q=torch.tensor([0, 2, 5]), **kw
+    )
     assert torch.equal(out[2:7], want) and torch.equal(lse[2:7], want_lse) and torch.isfinite(want_lse).any()
 
 

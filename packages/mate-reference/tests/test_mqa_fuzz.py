@@ -76,7 +76,9 @@ def _keys(draw, requests: int):
         blocks = draw(st.integers(0, 6))
         return (requests, blocks, DIM), {}, (lambda r, j: True), blocks
     pages, page_size, max_pages = draw(st.integers(0, 4)), draw(st.integers(1, 5)), draw(st.integers(0, 3))
-    table = [draw(st.lists(st.integers(-2, pages + 2), min_size=max_pages, max_size=max_pages)) for _ in range(requests)]
+    table = [
+        draw(st.lists(st.integers(-2, pages + 2), min_size=max_pages, max_size=max_pages)) for _ in range(requests)
+    ]
     shape = (pages, page_size, 1, DIM) if draw(st.booleans()) else (pages, page_size, DIM)
     kwargs = {"block_table": torch.tensor(table, dtype=draw(META)).reshape(requests, max_pages)}
 
@@ -87,8 +89,13 @@ def _keys(draw, requests: int):
 
 
 @FUZZ
-@hypothesis.given(data=st.data(), requests=st.integers(0, 3), heads=st.integers(1, 3), block_size=st.integers(1, 5),
-                  seed=st.integers(0, 2**31))
+@hypothesis.given(
+    data=st.data(),
+    requests=st.integers(0, 3),
+    heads=st.integers(1, 3),
+    block_size=st.integers(1, 5),
+    seed=st.integers(0, 2**31),
+)
 def test_indexer_metadata_fuzz(data, requests, heads, block_size, seed):
     layout, truth, meta = data.draw(_rows(requests))
     keys_shape, key_kwargs, key_valid, width = data.draw(_keys(requests))
@@ -118,30 +125,60 @@ def test_indexer_metadata_fuzz(data, requests, heads, block_size, seed):
 
 
 @FUZZ
-@hypothesis.given(data=st.data(), rows=st.integers(0, 6), keys=st.integers(0, 7), heads=st.integers(1, 4),
-                  seed=st.integers(0, 2**31), meta=META)
+@hypothesis.given(
+    data=st.data(),
+    rows=st.integers(0, 6),
+    keys=st.integers(0, 7),
+    heads=st.integers(1, 4),
+    seed=st.integers(0, 2**31),
+    meta=META,
+)
 def test_prefill_interval_fuzz(data, rows, keys, heads, seed, meta):
     starts = data.draw(st.lists(st.integers(-3, 10), min_size=rows, max_size=rows))
     ends = data.draw(st.lists(st.integers(-3, 10), min_size=rows, max_size=rows))
     k = _randn(seed + 1, keys, 1, DIM) if data.draw(st.booleans()) else _randn(seed + 1, keys, DIM)
-    plan = _run(plan_mqa_prefill, mqa_prefill, _randn(seed, rows, heads, DIM), k,
-                torch.tensor(starts, dtype=meta), torch.tensor(ends, dtype=meta))
+    plan = _run(
+        plan_mqa_prefill,
+        mqa_prefill,
+        _randn(seed, rows, heads, DIM),
+        k,
+        torch.tensor(starts, dtype=meta),
+        torch.tensor(ends, dtype=meta),
+    )
     j = torch.arange(keys)
-    visible = (j >= torch.tensor(starts, dtype=torch.long)[:, None]) & (j < torch.tensor(ends, dtype=torch.long)[:, None])
+    visible = (j >= torch.tensor(starts, dtype=torch.long)[:, None]) & (
+        j < torch.tensor(ends, dtype=torch.long)[:, None]
+    )
     _check(plan.out, visible.reshape(rows, keys))
 
 
 @FUZZ
-@hypothesis.given(data=st.data(), batch=st.integers(0, 3), pages=st.integers(0, 4), page_size=st.integers(1, 6),
-                  max_pages=st.integers(0, 3), length=st.integers(1, 20), seed=st.integers(0, 2**31), meta=META)
+@hypothesis.given(
+    data=st.data(),
+    batch=st.integers(0, 3),
+    pages=st.integers(0, 4),
+    page_size=st.integers(1, 6),
+    max_pages=st.integers(0, 3),
+    length=st.integers(1, 20),
+    seed=st.integers(0, 2**31),
+    meta=META,
+)
 def test_decode_page_table_fuzz(data, batch, pages, page_size, max_pages, length, seed, meta):
-    table = [data.draw(st.lists(st.integers(-2, pages + 2), min_size=max_pages, max_size=max_pages))
-             for _ in range(batch)]
+    table = [
+        data.draw(st.lists(st.integers(-2, pages + 2), min_size=max_pages, max_size=max_pages)) for _ in range(batch)
+    ]
     lens = data.draw(st.lists(st.integers(0, 25), min_size=batch, max_size=batch))
     q = _randn(seed, 1, 1, 4, DIM).expand(batch, 1, 4, DIM) if data.draw(st.booleans()) else _randn(seed, batch, 4, DIM)
     cache = _randn(seed + 1, pages, page_size, *([1] if data.draw(st.booleans()) else []), DIM)
-    plan = _run(plan_mqa_decode, mqa_decode, q, cache, torch.tensor(table, dtype=meta).reshape(batch, max_pages),
-                torch.tensor(lens, dtype=meta), length)
+    plan = _run(
+        plan_mqa_decode,
+        mqa_decode,
+        q,
+        cache,
+        torch.tensor(table, dtype=meta).reshape(batch, max_pages),
+        torch.tensor(lens, dtype=meta),
+        length,
+    )
     visible = torch.zeros(batch, length, dtype=torch.bool)
     for b in range(batch):
         for j in range(min(lens[b], length)):

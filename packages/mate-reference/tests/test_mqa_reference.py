@@ -50,8 +50,19 @@ def _row_requests(q_idx, cu_seqlens_q, token_to_req, num_requests):
     return found
 
 
-def naive_indexer(q_idx, block_keys, *, block_table=None, cu_seqlens_q=None, token_to_req=None, num_requests=None,
-                  query_positions=None, seq_lens_q=None, block_size=4, scale):
+def naive_indexer(
+    q_idx,
+    block_keys,
+    *,
+    block_table=None,
+    cu_seqlens_q=None,
+    token_to_req=None,
+    num_requests=None,
+    query_positions=None,
+    seq_lens_q=None,
+    block_size=4,
+    scale,
+):
     """Float64 scores [B, Q, W] / [total_q, W], one element at a time."""
     heads, dim = q_idx.shape[-2:]
     q = q_idx.reshape(-1, heads, dim)
@@ -150,8 +161,10 @@ def randint(gen, low, high, *shape, dtype=torch.int32):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(("batch", "q_len", "heads", "blocks", "block_size"),
-                         [(2, 9, 4, 3, 4), (1, 13, 3, 5, 3), (3, 4, 1, 6, 1), (2, 6, 2, 2, 7)])
+@pytest.mark.parametrize(
+    ("batch", "q_len", "heads", "blocks", "block_size"),
+    [(2, 9, 4, 3, 4), (1, 13, 3, 5, 3), (3, 4, 1, 6, 1), (2, 6, 2, 2, 7)],
+)
 def test_indexer_padded(gen, device, batch, q_len, heads, blocks, block_size):
     q, k = randn(gen, batch, q_len, heads, 8), randn(gen, batch, blocks, 8)
     got = run_indexer(q.to(device), k.to(device), block_size=block_size)
@@ -237,8 +250,9 @@ def test_indexer_paged_varlen_positions_block_size(gen):
     q, pos = randn(gen, 9, 2, 8), randint(gen, 0, 30, 9)
     for block_size in (1, 2, 4):
         got = run_indexer(q, cache, block_table=table, cu_seqlens_q=cu, query_positions=pos, block_size=block_size)
-        want = naive_indexer(q, cache, block_table=table, cu_seqlens_q=cu, query_positions=pos, block_size=block_size,
-                             scale=_resolved())
+        want = naive_indexer(
+            q, cache, block_table=table, cu_seqlens_q=cu, query_positions=pos, block_size=block_size, scale=_resolved()
+        )
         assert_scores(got, want)
 
 

@@ -107,13 +107,22 @@ def test_expand_keeps_only_visible_tokens_for_visible_blocks(gen):
         (lambda: topk_blocks(torch.zeros(3, 4), -1), MateValueError, "k"),
         (lambda: topk_blocks(torch.zeros(3, 4), 2.0), MateTypeError, "k"),
         (lambda: expand_blocks(torch.zeros(3, 4), torch.zeros(3, dtype=torch.int32)), MateTypeError, "block_indices"),
-        (lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)),
-         MateValueError, "query_positions"),
+        (
+            lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)),
+            MateValueError,
+            "query_positions",
+        ),
         (lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3)), MateTypeError, "query_positions"),
-        (lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 0),
-         MateValueError, "block_size"),
-        (lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 4, 1),
-         MateTypeError, "include_tail"),
+        (
+            lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 0),
+            MateValueError,
+            "block_size",
+        ),
+        (
+            lambda: expand_blocks(torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 4, 1),
+            MateTypeError,
+            "include_tail",
+        ),
     ],
 )
 def test_helpers_reject_bad_arguments(call, exc, name):

@@ -69,8 +69,7 @@ def describe(x: object) -> str:
     """Short description of a value for error messages (no device read)."""
     if isinstance(x, torch.Tensor):
         return (
-            f"tensor(shape={list(x.shape)}, dtype={_dtype_name(x.dtype)}, "
-            f"device={x.device}, stride={list(x.stride())})"
+            f"tensor(shape={list(x.shape)}, dtype={_dtype_name(x.dtype)}, device={x.device}, stride={list(x.stride())})"
         )
     if isinstance(x, torch.dtype):
         return _dtype_name(x)
@@ -150,16 +149,12 @@ def require_rank(name: str, t: torch.Tensor, ranks: Iterable[int], layout: str) 
 
 def require_size(name: str, t: torch.Tensor, axis: int, expected: int, what: str) -> None:
     if t.shape[axis] != expected:
-        raise MateValueError(
-            f"{name}: got shape {list(t.shape)}; expected size {expected} on axis {axis} ({what})"
-        )
+        raise MateValueError(f"{name}: got shape {list(t.shape)}; expected size {expected} on axis {axis} ({what})")
 
 
 def require_same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
     if t.device != ref.device:
-        raise MateValueError(
-            f"{name}: got a tensor on {t.device}; expected the device of {ref_name} ({ref.device})"
-        )
+        raise MateValueError(f"{name}: got a tensor on {t.device}; expected the device of {ref_name} ({ref.device})")
 
 
 def require_metadata(
@@ -263,8 +258,7 @@ def resolve_scale(
     """
     if scale is not None and other is not None:
         raise MateValueError(
-            f"scale and {other_name}: got both ({scale!r} and {other!r}); they are mutually "
-            f"exclusive, pass only one"
+            f"scale and {other_name}: got both ({scale!r} and {other!r}); they are mutually exclusive, pass only one"
         )
     if scale is not None:
         return _fp32_multiplier("scale", scale, _positive_float("scale", scale))
@@ -377,7 +371,9 @@ def check_out_buffer(
 def check_internal_overlap(name: str, buf: torch.Tensor) -> None:
     """Reject an output buffer two of whose elements share memory (skipped on fake tensors)."""
     if buf.numel() > 1 and _has_storage(buf) and not is_non_overlapping(buf):
-        raise MateValueError(f"{name}: got {describe(buf)}, whose elements overlap in memory; expected a writable non-overlapping view")
+        raise MateValueError(
+            f"{name}: got {describe(buf)}, whose elements overlap in memory; expected a writable non-overlapping view"
+        )
 
 
 _OVERLAP_SEARCH_BUDGET = 10_000  # search nodes before _strided_overlap answers "cannot tell"
@@ -500,8 +496,14 @@ def check_no_overlap(name: str, buf: torch.Tensor, inputs: dict[str, torch.Tenso
         if not (lo < ohi and olo < hi):
             continue  # disjoint spans: the cheap test settles it
         overlap = _strided_overlap(
-            buf.data_ptr(), buf.shape, buf.stride(), buf.element_size(),
-            t.data_ptr(), t.shape, t.stride(), t.element_size(),
+            buf.data_ptr(),
+            buf.shape,
+            buf.stride(),
+            buf.element_size(),
+            t.data_ptr(),
+            t.shape,
+            t.stride(),
+            t.element_size(),
         )
         if overlap is None:
             raise MateValueError(

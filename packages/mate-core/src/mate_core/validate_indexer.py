@@ -88,7 +88,9 @@ def _varlen_queries(q_idx, cu_seqlens_q, token_to_req, num_requests) -> _Queries
     if cu_seqlens_q is not None:
         cu = require_metadata("cu_seqlens_q", cu_seqlens_q, rules, "q_idx", q_idx)
         if cu.dim() != 1 or cu.shape[0] < 1:
-            raise MateValueError(f"cu_seqlens_q: got shape {list(cu.shape)}; expected [R + 1] (rank 1, at least 1 entry)")
+            raise MateValueError(
+                f"cu_seqlens_q: got shape {list(cu.shape)}; expected [R + 1] (rank 1, at least 1 entry)"
+            )
         requests = cu.shape[0] - 1
         if num_requests is not None and num_requests != requests:
             raise MateValueError(
@@ -174,7 +176,9 @@ def _check_native(keys: _Keys, q_idx, block_keys, block_size: int, heads: int, d
             f"block_size: got {block_size}; backend='tilelang' supports block_size == {NATIVE_BLOCK_SIZE} only; "
             "pass backend='reference' for other block sizes"
         )
-    require_native_grid("q_idx", q_idx.shape[0], "requests (B)", "split the batch across calls or pass backend='reference'")
+    require_native_grid(
+        "q_idx", q_idx.shape[0], "requests (B)", "split the batch across calls or pass backend='reference'"
+    )
     require_native_keys("block_keys", keys.width)
     check_vector_layout("q_idx", q_idx)
     check_vector_layout("block_keys", block_keys)

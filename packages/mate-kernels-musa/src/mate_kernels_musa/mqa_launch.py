@@ -49,7 +49,9 @@ def score_consts(
     return (dtype, *tiles, tma_out, *schedule)
 
 
-def decode_consts(dtype: str, page_size: int, k_vec: bool, block_keys: int = mqa_decode_kernel.BLOCK_KEYS) -> tuple[Any, ...]:
+def decode_consts(
+    dtype: str, page_size: int, k_vec: bool, block_keys: int = mqa_decode_kernel.BLOCK_KEYS
+) -> tuple[Any, ...]:
     """Compile-time arguments of ``decode_kernel``."""
     return (dtype, page_size, k_vec, block_keys)
 
@@ -61,7 +63,9 @@ def specializations(dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> list[t
     score = [(mqa_score_kernel.score_kernel, score_consts(d, tma)) for d in dtypes for tma in (True, False)]
     score += [(mqa_score_kernel.score_kernel, score_consts(d, True, schedule=mqa_score_kernel.CAUSAL_SCHEDULE))
               for d in dtypes]  # fmt: skip
-    decode = [(mqa_decode_kernel.decode_kernel, decode_consts(d, ps, True)) for d in dtypes for ps in NATIVE_DECODE_PAGE_SIZES]
+    decode = [
+        (mqa_decode_kernel.decode_kernel, decode_consts(d, ps, True)) for d in dtypes for ps in NATIVE_DECODE_PAGE_SIZES
+    ]
     return score + decode
 
 

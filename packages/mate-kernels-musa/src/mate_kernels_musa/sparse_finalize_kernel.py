@@ -157,7 +157,9 @@ def sparse_finalize_kernel(dtype: str, gate_dtype: str, threads: int) -> Any:
                         for i in T.unroll(V):
                             gate[i] = sigmoid_gate(GATE[r, h, i * LANES + lane])
                 for i in T.unroll(V):
-                    OUT[r, h, i * LANES + lane] = T.cast(T.if_then_else(lse > -T.infinity(acc), o[i] * gate[i], 0), dtype)
+                    OUT[r, h, i * LANES + lane] = T.cast(
+                        T.if_then_else(lse > -T.infinity(acc), o[i] * gate[i], 0), dtype
+                    )
                 if has_lse != 0 and lane == 0:
                     LSE[r, h] = lse
 

@@ -174,7 +174,9 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
                            union_enabled(plan))  # fmt: skip
 
 
-def paged_consts(group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32") -> tuple[Any, ...]:
+def paged_consts(
+    group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32"
+) -> tuple[Any, ...]:
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
     return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,

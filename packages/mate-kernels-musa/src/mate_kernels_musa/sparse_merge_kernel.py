@@ -250,9 +250,11 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int, pdl: bool = F
                     for u in T.unroll(UNROLL):
                         den = den + w_s[j * UNROLL + u]
                         for i in T.vectorized(V):
-                            o[i] = o[i] + w_s[j * UNROLL + u] * OP[
-                                T.min(c * threads + j * UNROLL + u, splits - 1), r, h, tx * V + i
-                            ]
+                            o[i] = (
+                                o[i]
+                                + w_s[j * UNROLL + u]
+                                * OP[T.min(c * threads + j * UNROLL + u, splits - 1), r, h, tx * V + i]
+                            )
                 T.sync_threads()
             for i in T.serial(V):
                 OUT[r, h, tx * V + i] = T.cast(T.if_then_else(den > 0, o[i] / den * gate[i], 0), dtype)

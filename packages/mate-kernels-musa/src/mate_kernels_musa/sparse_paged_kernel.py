@@ -552,7 +552,9 @@ def sparse_paged_kernel(
     def load_ids(t_reg, TI, r, base, tok1, tx):
         # This thread's token ids of the chunk starting at slot `base` (-1 past the split's end).
         for k in T.unroll(PT):
-            t_reg[k] = T.if_then_else(base + k * threads + tx < tok1, TI[r, T.min(base + k * threads + tx, n_tok - 1)], -1)
+            t_reg[k] = T.if_then_else(
+                base + k * threads + tx < tok1, TI[r, T.min(base + k * threads + tx, n_tok - 1)], -1
+            )
 
     @T.macro
     def resolve_chunk(c, t_reg, pg_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh, koff_s, voff_s,

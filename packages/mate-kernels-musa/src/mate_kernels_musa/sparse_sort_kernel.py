@@ -144,7 +144,8 @@ def sparse_sort_kernel(threads: int) -> Any:
             wsum = T.alloc_shared([W], "int32", scope="shared")
             ids = T.alloc_local([S], "int32")
             reg = T.alloc_local([S], "int32")
-            part = T.alloc_local([VEC], "int16")  # 16 bytes of this thread's scan chunk (at(tx * CPT + c) = tx * CHUNK + c)
+            # 16 bytes of this thread's scan chunk (at(tx * CPT + c) = tx * CHUNK + c)
+            part = T.alloc_local([VEC], "int16")
             nu_s = T.alloc_shared([1], "int32", scope="shared")
             tx = T.get_thread_binding()
             # The union prep may be writing NU while this CTA reads it (the launcher runs the two side

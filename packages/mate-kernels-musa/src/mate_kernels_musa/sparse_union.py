@@ -164,7 +164,9 @@ def union_specializations(
     """``(factory, consts)`` of the resolve, fused prep, union and finalize kernels for these geometries."""
     prep = [(sparse_union_fused_kernel.sparse_union_fused_kernel, fused_consts(r)) for r in rows_per_cta]
     finalize = [
-        (sparse_finalize_kernel.sparse_finalize_kernel, (d, gd, FINALIZE_THREADS)) for d in dtypes for gd in ("float32", d)
+        (sparse_finalize_kernel.sparse_finalize_kernel, (d, gd, FINALIZE_THREADS))
+        for d in dtypes
+        for gd in ("float32", d)
     ]
     union = [
         (sparse_union_kernel.sparse_union_kernel, union_consts(g, d, r, w, c))

@@ -198,7 +198,15 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
     # launcher's t_cap: ~71 KB each): the launch bound caps registers at 42 (52-54 uncapped: two CTAs).
     smem = (NMAX + 1) * 5 + 2 * NB * 4 + SEEN_WORDS * 4 + 1024
     min_blocks = 3 if 3 * smem <= 228 * 1024 else 1
-    if NB & (NB - 1) or NB % threads or SEEN_WORDS % threads or NBC < 32 or NMAX >= 2**31 - 1 or TC >= 2**16 or R > min(threads, CANON - 1):
+    if (
+        NB & (NB - 1)
+        or NB % threads
+        or SEEN_WORDS % threads
+        or NBC < 32
+        or NMAX >= 2**31 - 1
+        or TC >= 2**16
+        or R > min(threads, CANON - 1)
+    ):
         raise ValueError(f"unsupported fused prep shape: R={R}, t_cap={TC}, threads={threads}, buckets={NB}")
     resolve = resolve_row_limit(with_count=True)
     rule = slot_rule(fast=True)  # the page size's magic division, not two runtime divisions per slot
@@ -297,7 +305,8 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                 lim_s[tx] = T.if_then_else(g * R + tx < rows, lim, -1)
                 # A row of a short request (a decode row of a mixed batch): its group is left unmeasured.
                 small_s[tx] = T.if_then_else(
-                    (g * R + tx < rows) & (mode != row_mode.PHYSICAL) & (n_rows < min_rows), 1, 0)
+                    (g * R + tx < rows) & (mode != row_mode.PHYSICAL) & (n_rows < min_rows), 1, 0
+                )
             T.sync_threads()
             small = T.alloc_var("int32", init=0)
             for i in T.unroll(R):
@@ -321,8 +330,11 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                         # page column is clamped, so every slot's page is read, used or not), then the
                         # slot rule and the bucket counts.
                         for k in T.unroll(KP):
-                            tv[k] = T.if_then_else(k * threads + tx < n_tok,
-                                                   TI[T.min(g * R + i, rows - 1), T.min(k * threads + tx, n_tok - 1)], -1)
+                            tv[k] = T.if_then_else(
+                                k * threads + tx < n_tok,
+                                TI[T.min(g * R + i, rows - 1), T.min(k * threads + tx, n_tok - 1)],
+                                -1,
+                            )
                         for k in T.unroll(KP):
                             pv[k] = BT[req_s[i], page_column(tv[k], page_size, max_pages, (ps_magic, ps_shift))]
                         for k in T.unroll(KP):
@@ -333,8 +345,12 @@ def sparse_union_fused_kernel(rows_per_cta: int, t_cap: int, threads: int, bucke
                                 T.atomic_add(cnt[bucket(x) // NBC, bucket(x) % NBC], 1)
                                 # CUDA's atomicOr (TileLang's atomic_or emits a global-space red).
                                 h = seen_bit(x)
-                                T.call_extern("uint32", "atomicOr", T.address_of(seen[h >> 5]),
-                                              T.shift_left(T.uint32(1), T.cast(h & 31, "uint32")))
+                                T.call_extern(
+                                    "uint32",
+                                    "atomicOr",
+                                    T.address_of(seen[h >> 5]),
+                                    T.shift_left(T.uint32(1), T.cast(h & 31, "uint32")),
+                                )
                         # Early exit after the rows so far (CTA-uniform test): once they could hold more
                         # than max_nu entries, their bitmap may already bound the union above it.
                         if (i + 1 < R) & ((i + 1) * n_tok > max_nu):
