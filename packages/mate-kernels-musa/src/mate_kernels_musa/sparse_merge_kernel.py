@@ -152,6 +152,27 @@ larger kernel) 25.4-25.7 against 26.2-26.5. The round trips after the wait are n
 merge kernel's time goes either. A CUPTI timeline (``docs/performance-notes.md``) shows the merge
 grid ending 5.4 us after the paged grid, but not what inside those 5.4 us waits (its CTAs'
 placement as the paged CTAs leave, the grid's completion).
+
+Not kept either (session 32, probe ``.devrun/s32_wmerge.py``): fewer and larger CTAs, to test
+whether placing the 1536 CTAs of decode 64 x 1 as the paged CTAs leave is what those 5.4 us
+wait on. One CTA per (row, group of ``hpc`` Q heads), one warp per head, 8 features per lane,
+every split's LSE and partial loaded at once after the wait, no shared memory and no barrier.
+Results were bitwise equal to this kernel's. Same process, same paged kernel, three interleaved
+rounds, CUDA-graph medians after a read flush, us:
+
+==========================================  ==================
+merge kernel                                64 x 1 (4 splits)
+==========================================  ==================
+shipped (1536 CTAs of 64 threads)           78.0 / 78.4 / 78.1
+hpc 1 (1536 CTAs of 32 threads)             79.5-79.8
+hpc 4 (384 CTAs of 128)                     79.4-79.6
+hpc 12 (128 CTAs of 384)                    78.7-78.9
+hpc 24 (64 CTAs of 768)                     79.0-79.4
+==========================================  ==================
+
+Decode 64 x 4 runs one split, so it launches no merge; it served as the noise control:
+258.6-258.9 us with the shipped launcher, 258.6-259.8 with the swapped ones. So CTA placement is
+not what the merge grid waits on either.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
