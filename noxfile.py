@@ -131,7 +131,7 @@ def _pins(requirements: list[str]) -> dict[str, str]:
 
 @nox.session(venv_backend="none")
 def versions(session: nox.Session) -> None:
-    """All packages share one version and pin each other with exact == pins."""
+    """All packages share one version, pin each other with exact == pins and ship the root LICENSE."""
     found: dict[str, str] = {}
     for pkg, (mod, _) in PACKAGES.items():
         init = (ROOT / "packages" / pkg / "src" / mod / "__init__.py").read_text()
@@ -156,7 +156,13 @@ def versions(session: nox.Session) -> None:
         missing = set(declared) - set(pins)
         if missing:
             session.error(f"{pkg}: must declare {', '.join(f'{d}=={version}' for d in sorted(missing))}")
-    session.log(f"all packages at {version}, pins consistent")
+    license_text = (ROOT / "LICENSE").read_bytes()
+    for pkg in PACKAGES:
+        # Each package ships the license in its own wheel and sdist: a copy of the root LICENSE.
+        copy = ROOT / "packages" / pkg / "LICENSE"
+        if not copy.is_file() or copy.read_bytes() != license_text:
+            session.error(f"packages/{pkg}/LICENSE must be a copy of the root LICENSE (cp LICENSE packages/{pkg}/)")
+    session.log(f"all packages at {version}, pins consistent, LICENSE copies identical")
 
 
 @nox.session

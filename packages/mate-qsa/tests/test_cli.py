@@ -32,6 +32,15 @@ def test_check_reports_versions_devices_and_native_support(capsys) -> None:
         assert "no supported device here" in out
 
 
+def test_version_flag(capsys) -> None:
+    import mate
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mate-qsa {mate.__version__}"
+
+
 def test_show_config_json(capsys, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
     code, out = _run(capsys, "show-config", "--json")

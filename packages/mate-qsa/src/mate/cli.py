@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from mate_kernels_musa import precompile as pc  # no TileLang import until something compiles
 from mate_kernels_musa.target import PROFILES
 
-from . import _env
+from . import __version__, _env
 from ._table import Printer
 
 __all__ = ["main"]
@@ -157,6 +157,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mate", description="MATE-QSA: Qwen Sparse Attention kernels for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"mate-qsa {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser("check", help="Python, torch, TileLang and devices; which devices run native kernels")
