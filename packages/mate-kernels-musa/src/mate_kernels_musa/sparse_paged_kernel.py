@@ -207,6 +207,17 @@ against 266.5 / 266.3 / 266.2, mixed batch 1431 / 1361 / 1364 against 1352 / 135
 uniform and 90%-overlap prefill within noise. The request search is not what delays the first
 gather; the decode 64 x 1 gap to the physical path (~1.6 us, no block table) is not this read.
 
+An L2 prefetch of the block-table row (session 32, kernel copy ``.devrun/s32_spk_old.py``, probe
+``.devrun/s32_pf.py``; not kept): right after the token-id loads, threads 0-63 issued
+``prefetch.global.L2`` for the 128-byte lines of the row of the request the row index suggests
+(``r`` when there are as many table rows as query rows, else ``r * n_req / rows`` in FP32), so
+that the first chunk's page reads, which wait for the ids, would find the row in the L2. Outputs
+were bitwise equal on all five benchmark shapes and the 585 GPU tests passed. Same process,
+three interleaved rounds, CUDA-graph medians after a read flush, us, HEAD first: decode 64 x 1
+77.6 / 77.6 / 77.8 against 77.7 / 77.9 / 77.7, 64 x 4 259.8 / 260.5 / 259.4 against 260.6 /
+259.9 / 259.6, uniform prefill 2486 / 2500 / 2491 against 2502 / 2496 / 2505, 90% overlap and
+mixed batch within 1 us. So the page reads' DRAM latency is not what the physical path saves.
+
 Per-token bulk copies on the TMA engine (session 15, patch ``.devrun/s15_bulk.diff``, probe
 ``.devrun/s15_bulk.py``, Nsight Compute ``.devrun/ncu15.sh``; not kept). The idea was to take
 the K/V fill off the LSU path: each used slot's 512-byte K and V rows became one
