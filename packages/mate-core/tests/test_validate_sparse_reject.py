@@ -133,8 +133,8 @@ CASES = [
     (P, {"block_indices": _lead_ints(1, dtype=torch.float16)}, T, "block_indices"),
     (P, {"assume_compact_blocks": True}, V, "assume_compact_blocks"),
     (P, {"assume_compact_blocks": 1}, T, "assume_compact_blocks"),
-    # Same message as the padded case, but only the selected_kv_indices path's own check catches it there.
-    (X, {"assume_compact_blocks": True}, V, "assume_compact_blocks: got True without block_indices"),
+    # The selected_kv_indices path takes no block_indices: its message does not ask for them.
+    (X, {"assume_compact_blocks": True}, V, "assume_compact_blocks: got True with selected_kv_indices; expected False"),
     # gate
     (P, {"gate": _lead_ints(dtype=torch.float32)}, V, "gate"),
     (P, {"gate": lambda a: torch.ones((*a["query"].shape[:-1], 1))}, V, "gate"),

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import mate_kernels_musa as native
+from mate_core import GraphCaptureError
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def cuda_state(monkeypatch):
 def test_capture_on_another_devices_stream_raises(cuda_state) -> None:
     cuda_state["capturing"] = True
     with pytest.raises(
-        RuntimeError,
+        GraphCaptureError,
         match=r"captured on a stream of cuda:0, but this call's tensors are on cuda:1.*"
         r"torch\.cuda\.Stream\(device='cuda:1'\)",
     ):
@@ -45,7 +46,7 @@ def test_native_checks_before_it_launches(cuda_state, monkeypatch) -> None:
     monkeypatch.setattr(native, "_launcher", lambda module, name: launched.append)
     monkeypatch.setattr(native, "_on_device", lambda device: contextlib.nullcontext())
     cuda_state["capturing"] = True
-    with pytest.raises(RuntimeError, match="would run at once on cuda:1"):
+    with pytest.raises(GraphCaptureError, match="would run at once on cuda:1"):
         native._native("sparse_launch", "sparse_attention", "plan", SimpleNamespace(device=torch.device("cuda", 1)))
     assert launched == []
     native._native("sparse_launch", "sparse_attention", "plan", SimpleNamespace(device=torch.device("cuda", 0)))

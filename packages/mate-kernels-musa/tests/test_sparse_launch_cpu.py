@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mate_core import plan_sparse_attention
+from mate_core import MateValueError, plan_sparse_attention
 from mate_kernels_musa import sparse_launch
 from mate_kernels_musa._sparse_macros import row_mode
 from mate_kernels_musa.sparse_schedule import W4, choose_schedule
@@ -585,9 +585,9 @@ def test_union_env_switch(monkeypatch, gen: torch.Generator) -> None:
     monkeypatch.setenv(sparse_launch.UNION_ENV, "0")
     assert not any(sparse_launch.union_enabled(p) for p in plans)
     monkeypatch.setenv(sparse_launch.UNION_ENV, "yes")
-    with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
+    with pytest.raises(MateValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
         sparse_launch.union_enabled(prefill)
-    with pytest.raises(ValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
+    with pytest.raises(MateValueError, match="MATE_SPARSE_UNION must be '0', '1' or unset, got 'yes'"):
         sparse_launch.union_min_rows()
     # Through a real plan: 64 rows of one request take the union schedule by default (4+ waves of 1 SM).
     monkeypatch.delenv(sparse_launch.UNION_ENV)

@@ -83,6 +83,7 @@ def test_exports() -> None:
         "LayoutError",
         "UnsupportedTargetError",
         "BackendUnavailableError",
+        "GraphCaptureError",
         "__version__",
     }
     assert set(mate.__all__) == expected
@@ -90,6 +91,11 @@ def test_exports() -> None:
     assert mate.expand_blocks is mate_reference.selection.expand_blocks
     assert mate.UnsupportedTargetError is mate_core.UnsupportedTargetError
     assert issubclass(mate.UnsupportedTargetError, ValueError)
+    # Every class MATE-QSA raises is a MateError and a subclass of the builtin its case calls for.
+    for name, builtin in [("MateValueError", ValueError), ("MateTypeError", TypeError), ("LayoutError", ValueError),
+                          ("BackendUnavailableError", RuntimeError), ("GraphCaptureError", RuntimeError)]:  # fmt: skip
+        assert issubclass(getattr(mate, name), mate.MateError) and issubclass(getattr(mate, name), builtin), name
+        assert getattr(mate, name) is getattr(mate_core, name)
     assert mate.__version__ == mate_core.__version__
 
 

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 from .arch import NATIVE_TARGETS, NativeTarget, describe_device, native_target_for
 from .errors import (
     BackendUnavailableError,
+    GraphCaptureError,
     LayoutError,
     MateError,
     MateTypeError,
@@ -29,6 +30,7 @@ __all__ = [
     "describe_device",
     "native_target_for",
     "BackendUnavailableError",
+    "GraphCaptureError",
     "LayoutError",
     "MateError",
     "MateTypeError",

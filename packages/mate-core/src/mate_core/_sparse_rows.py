@@ -96,13 +96,19 @@ def physical_selection(
 ) -> Selection:
     """selected_kv_indices [rows, T] physical K/V row ids (no block hint on this path)."""
     ids = row_metadata("selected_kv_indices", selected_kv_indices, backend, query, layout, "T")
-    check_compact_blocks(assume_compact_blocks, None)
+    check_compact_blocks(assume_compact_blocks, None, physical=True)
     return Selection(None, ids, None)
 
 
-def check_compact_blocks(assume_compact_blocks: object, hint: torch.Tensor | None) -> bool:
-    """assume_compact_blocks is a bool and, when True, a contract about block_indices: it needs them."""
+def check_compact_blocks(assume_compact_blocks: object, hint: torch.Tensor | None, physical: bool = False) -> bool:
+    """assume_compact_blocks is a bool and, when True, a contract about block_indices: it needs them
+    (and so is unavailable with selected_kv_indices, which take no block_indices)."""
     if require_bool("assume_compact_blocks", assume_compact_blocks) and hint is None:
+        if physical:
+            raise MateValueError(
+                "assume_compact_blocks: got True with selected_kv_indices; expected False (its contract is "
+                "about block_indices, which the selected_kv_indices path does not take)"
+            )
         raise MateValueError(
             "assume_compact_blocks: got True without block_indices; expected False, or pass the block_indices "
             "hint whose compact-prefix contract it asserts"

@@ -14,11 +14,13 @@ __all__ = [
     "LayoutError",
     "UnsupportedTargetError",
     "BackendUnavailableError",
+    "GraphCaptureError",
 ]
 
 
 class MateError(Exception):
-    """Base class of every exception raised by MATE-QSA."""
+    """Base class of every exception MATE-QSA raises itself (errors from torch, TileLang or the
+    CUDA driver pass through unchanged)."""
 
 
 class MateValueError(MateError, ValueError):
@@ -30,7 +32,9 @@ class MateTypeError(MateError, TypeError):
 
 
 class LayoutError(MateValueError):
-    """A tensor view violates a native kernel's memory-layout rule."""
+    """A tensor view breaks the native vector-load rule: a unit feature stride, and a 16-byte
+    aligned start and outer strides. Other view problems (overlaps, non-positive strides, a
+    padded view that is not a zero-copy row view) raise :class:`MateValueError`."""
 
 
 class UnsupportedTargetError(MateValueError):
@@ -43,3 +47,9 @@ class UnsupportedTargetError(MateValueError):
 
 class BackendUnavailableError(MateError, RuntimeError):
     """The requested backend cannot run in this installation (e.g. TileLang is missing)."""
+
+
+class GraphCaptureError(MateError, RuntimeError):
+    """A native call made during a CUDA-graph capture that would not be recorded correctly: the
+    capturing stream belongs to another device than the call's tensors, or the call is a device's
+    first sparse-attention call (run it once eagerly before capturing)."""

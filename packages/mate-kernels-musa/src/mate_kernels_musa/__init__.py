@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from mate_core.errors import BackendUnavailableError
+from mate_core.errors import BackendUnavailableError, GraphCaptureError
 
 __version__ = "0.1.0"
 
@@ -76,7 +76,7 @@ def _check_capture_device(device: torch.device) -> None:
         return
     current = torch.cuda.current_device()
     if current != device.index and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(
+        raise GraphCaptureError(
             f"a CUDA graph is being captured on a stream of cuda:{current}, but this call's tensors are on "
             f"{device}: its kernels would run at once on {device} instead of being recorded. Capture on a "
             f"stream of {device}, e.g. torch.cuda.graph(graph, stream=torch.cuda.Stream(device='{device}')) "

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from mate_core.errors import BackendUnavailableError
+from mate_core.errors import BackendUnavailableError, GraphCaptureError, MateValueError
 from mate_core.plans import SparseAttentionPlan
 
 from . import sparse_merge_kernel, sparse_paged_kernel
@@ -89,10 +89,10 @@ def _dummies(device: torch.device) -> dict[str, torch.Tensor]:
     Made by the device's first native call, which must not be captured in a CUDA graph:
     tensors made during a capture come from the graph's private memory pool and are filled
     only when it replays, so calls after the graph is freed would read released memory.
-    Raises RuntimeError (nothing cached) when that first call is being captured.
+    Raises :class:`mate_core.GraphCaptureError` (nothing cached) when that first call is being captured.
     """
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(
+        raise GraphCaptureError(
             f"the first native sparse-attention call on {device} is being captured in a CUDA graph; "
             "run one call eagerly first (warm-up), then capture"
         )
@@ -137,7 +137,7 @@ UNION_ENV = "MATE_SPARSE_UNION"
 def _union_env() -> str | None:
     value = os.environ.get(UNION_ENV)
     if value not in (None, "0", "1"):
-        raise ValueError(f"environment variable {UNION_ENV} must be '0', '1' or unset, got {value!r}")
+        raise MateValueError(f"environment variable {UNION_ENV} must be '0', '1' or unset, got {value!r}")
     return value
 
 

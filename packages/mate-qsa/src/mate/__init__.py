@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 from mate_core.errors import (
     BackendUnavailableError,
+    GraphCaptureError,
     LayoutError,
     MateError,
     MateTypeError,
@@ -31,6 +32,7 @@ from .sparse import qsa_sparse_attention
 
 __all__ = [
     "BackendUnavailableError",
+    "GraphCaptureError",
     "LayoutError",
     "MateError",
     "MateTypeError",
