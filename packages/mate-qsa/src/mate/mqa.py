@@ -36,8 +36,9 @@ def qsa_indexer_mqa_score(
 ) -> torch.Tensor:
     """Compute QSA MQA block scores.
 
-    ``score[row, j] = scale * sum_h relu(q_idx[row, h, :] . block_keys[j, :])``,
-    accumulated in FP32. Block ``j`` covers tokens ``j*block_size ..
+    ``score[row, j] = scale * sum_h relu(q_idx[row, h, :] . block_keys[b, j, :])``,
+    accumulated in FP32, ``b`` being the row's request (with ``block_table``, key ``j`` of
+    request ``b`` is read through its page table). Block ``j`` covers tokens ``j*block_size ..
     (j+1)*block_size - 1`` and is visible to a query at request-local position
     ``p`` iff ``(j+1)*block_size - 1 <= p``; invisible blocks score ``-inf``.
     This function does not select Top-K (see :func:`mate.topk_blocks`).
@@ -86,7 +87,8 @@ def qsa_indexer_mqa_score(
     scale : float, optional
         Positive score multiplier; defaults to ``1/sqrt(D)``. Exclusive with ``score_scale``.
     score_scale : float, optional
-        Positive score denominator (``scale = 1/score_scale``). Exclusive with ``scale``.
+        Positive score denominator (``scale = 1/score_scale``). Exclusive with ``scale``. For
+        either, its FP32 multiplier must be a normal number, in [1.18e-38, 3.4e+38].
     backend : {"tilelang", "reference"}, default "tilelang"
         ``"tilelang"`` runs the native kernel (bf16/fp16, ``H == 4``, ``D == 128``,
         vector-load layout) on a supported GPU and raises otherwise;
@@ -101,10 +103,14 @@ def qsa_indexer_mqa_score(
     Raises
     ------
     ValueError
-        Inconsistent layouts, metadata, scaling, or backend options
-        (:class:`mate.UnsupportedTargetError` for an unsupported device).
+        Inconsistent shapes, devices (every tensor on ``q_idx``'s), layouts, metadata, scaling,
+        or backend options.
     TypeError
-        Unsupported argument types or metadata dtypes.
+        Wrong Python types, or unsupported data or metadata dtypes.
+    RuntimeError
+        Native backend only: TileLang is missing, or a CUDA-graph capture misuse.
+
+    The exception classes are listed in the :mod:`mate` package docstring.
     """
     plan = plan_indexer_score(
         q_idx,
@@ -155,7 +161,7 @@ def qsa_mqa_prefill(
     score_scale : float, optional
         Positive score denominator, exclusive with ``scale``.
     scale : float, optional
-        Positive score multiplier; defaults to ``1/sqrt(dim)``.
+        Positive score multiplier; defaults to ``1/sqrt(dim)``. For either, its FP32 multiplier must be a normal number, in [1.18e-38, 3.4e+38].
     backend : {"tilelang", "reference"}, default "tilelang"
         TileLang supports bf16/fp16 ``heads == 4``, ``dim == 128`` inputs that
         satisfy the vector-load layout rule; ``"reference"`` is the FP32 oracle.
@@ -168,9 +174,13 @@ def qsa_mqa_prefill(
     Raises
     ------
     ValueError
-        Invalid shape, layout, scaling, or unsupported explicit backend.
+        Invalid shapes, devices (every tensor on ``q``'s), layout, scaling, or backend options.
     TypeError
-        Unsupported argument types or metadata dtypes.
+        Wrong Python types, or unsupported data or metadata dtypes.
+    RuntimeError
+        Native backend only: TileLang is missing, or a CUDA-graph capture misuse.
+
+    The exception classes are listed in the :mod:`mate` package docstring.
     """
     plan = plan_mqa_prefill(q, k, row_starts, row_ends, score_scale=score_scale, scale=scale, backend=backend)
     run("mqa_prefill", plan)
@@ -195,8 +205,8 @@ def qsa_mqa_decode(
 
     Key ``j`` of request ``b`` is read from page ``page_table[b, j // page_size]``,
     slot ``j % page_size``; it is visible iff ``j < context_lens[b]`` and that page
-    id is in ``[0, pages)``. Invisible keys, and columns up to ``max_model_len``,
-    score ``-inf``.
+    id is in ``[0, pages)``. Invisible keys score ``-inf``, and so do the columns
+    ``j >= max_pages * page_size`` when ``max_model_len`` is wider than the table.
 
     Parameters
     ----------
@@ -218,7 +228,7 @@ def qsa_mqa_decode(
     score_scale : float, optional
         Positive score denominator, exclusive with ``scale``.
     scale : float, optional
-        Positive score multiplier; defaults to ``1/sqrt(dim)``.
+        Positive score multiplier; defaults to ``1/sqrt(dim)``. For either, its FP32 multiplier must be a normal number, in [1.18e-38, 3.4e+38].
     backend : {"tilelang", "reference"}, default "tilelang"
         TileLang supports bf16/fp16 ``heads == 4``, ``dim == 128``; ``"reference"``
         is the FP32 oracle.
@@ -231,9 +241,14 @@ def qsa_mqa_decode(
     Raises
     ------
     ValueError
-        Invalid shape, scaling, page size, or backend options.
+        Invalid shapes, devices (every tensor on ``q``'s), page size, ``max_model_len``,
+        scaling, or backend options.
     TypeError
-        Unsupported argument types or metadata dtypes.
+        Wrong Python types, or unsupported data or metadata dtypes.
+    RuntimeError
+        Native backend only: TileLang is missing, or a CUDA-graph capture misuse.
+
+    The exception classes are listed in the :mod:`mate` package docstring.
     """
     plan = plan_mqa_decode(
         q, k_cache, page_table, context_lens, max_model_len, score_scale=score_scale, scale=scale, backend=backend

@@ -51,7 +51,10 @@ def qsa_sparse_attention(
     (paged) its page id is valid; duplicates count as often as they appear. Rows
     with no used token, and padded rows, output zeros with LSE ``-inf``. The
     query position defaults to ``pos = seq_len_k - seq_len_q + i`` (bottom-right
-    causal), ``i`` being the request-local row index.
+    causal), ``i`` being the request-local row index; without ``seq_lens_k``,
+    ``seq_len_k`` is the request's K/V capacity (``S`` padded, ``max_pages * page_size``
+    paged, its ``cu_seqlens_k`` span varlen), and without ``seq_lens_q``, ``seq_len_q`` is
+    its number of query rows.
 
     Parameters
     ----------
@@ -59,7 +62,8 @@ def qsa_sparse_attention(
         bf16 or fp16 (reference: also float32; with ``selected_kv_indices``: bf16
         only) ``[B, Q, Hq, D]`` padded (batch and query axes must form a zero-copy
         row view) or ``[total_q, Hq, D]`` flattened with exactly one of
-        ``cu_seqlens_q`` or ``token_to_req`` + ``num_requests``. Canonical
+        ``cu_seqlens_q`` or ``token_to_req`` + ``num_requests`` (with
+        ``selected_kv_indices``: flattened, with neither). Canonical
         geometry: ``Hq=24, Hkv=2, D=256``; ``backend="tilelang"`` requires
         ``D == 256``, ``Hq // Hkv <= 16`` and ``Hq <= 65535`` (a launch-grid axis).
     key : torch.Tensor
@@ -109,7 +113,8 @@ def qsa_sparse_attention(
     page_size : int, optional
         Must equal ``key.shape[1]`` when given (paged K/V).
     scale : float, optional
-        Positive softmax multiplier; defaults to ``1/sqrt(D)``. Exclusive with ``softmax_scale``.
+        Positive softmax multiplier; defaults to ``1/sqrt(D)``. Exclusive with ``softmax_scale``;
+        its FP32 multiplier must be a normal number, in [1.18e-38, 3.4e+38].
     gate : torch.Tensor, optional
         float32 or the query dtype, ``query.shape[:-1]`` or ``query.shape``, on the
         query's device (padded: batch and query axes must form a zero-copy row view);
@@ -162,10 +167,16 @@ def qsa_sparse_attention(
     Raises
     ------
     ValueError
-        Invalid shape, output layout, scaling, incompatible hints, or unsupported
-        explicit backend (:class:`mate.UnsupportedTargetError` for an unsupported device).
+        Invalid shapes, devices (every tensor on the query's), output layout or overlap,
+        scaling, incompatible hints or metadata, backend options, or a bad
+        ``MATE_SPARSE_UNION`` value.
     TypeError
-        Unsupported argument types or metadata dtypes.
+        Wrong Python types, or unsupported dtypes (data, metadata, ``gate``, ``out``, ``lse``).
+    RuntimeError
+        Native backend only: TileLang is missing, or a CUDA-graph capture misuse (a capture
+        on another device's stream, or a device's first call made inside a capture).
+
+    The exception classes are listed in the :mod:`mate` package docstring.
     """
     plan = plan_sparse_attention(
         query,

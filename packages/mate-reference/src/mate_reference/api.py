@@ -34,11 +34,33 @@ def qsa_indexer_mqa_score(
     score_scale: float | None = None,
     backend: str = "reference",
 ) -> torch.Tensor:
-    """QSA MQA block scores, FP32 ``[B, Q, N_B]`` or ``[total_q, N_B]`` (see ``mate.qsa_indexer_mqa_score``).
+    """QSA MQA block scores on the FP32 oracle.
 
     Block ``j`` is ``-inf`` unless its last token ``(j + 1) * block_size - 1`` is at or
     before the query's position (default: its local row index), the row is not padded,
     and (paged) its page is valid.
+
+    Parameters
+    ----------
+    q_idx, block_keys, block_table, page_size, cu_seqlens_q, token_to_req, num_requests, \
+query_positions, seq_lens_q, block_size, scale, score_scale
+        As in the spec and ``mate.qsa_indexer_mqa_score`` (README, section "API"); the oracle
+        also takes float32 data, int64 metadata, varlen queries and paged keys, on any device.
+    backend : {"reference"}, default "reference"
+        Only the oracle (``mate.qsa_indexer_mqa_score`` runs the native kernels).
+
+    Returns
+    -------
+    torch.Tensor
+        float32 ``[B, Q, N_B]`` (padded ``q_idx``) or ``[total_q, N_B]`` (varlen).
+
+    Raises
+    ------
+    ValueError
+        :class:`mate_core.MateValueError`: invalid shapes, devices, metadata or scaling, or a
+        ``backend`` other than ``"reference"``.
+    TypeError
+        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
     """
     require_reference(backend, "qsa_indexer_mqa_score")
     plan = plan_indexer_score(
@@ -70,7 +92,29 @@ def qsa_mqa_prefill(
     scale: float | None = None,
     backend: str = "reference",
 ) -> torch.Tensor:
-    """Packed-prefill MQA logits, FP32 ``[rows, keys]``, ``-inf`` outside ``[row_starts, row_ends)``."""
+    """Packed-prefill MQA logits on the FP32 oracle; ``-inf`` outside ``[row_starts, row_ends)``.
+
+    Parameters
+    ----------
+    q, k, row_starts, row_ends, score_scale, scale
+        As in the spec and ``mate.qsa_mqa_prefill`` (README, section "API"); the oracle also
+        takes float32 data and int64 metadata, on any device.
+    backend : {"reference"}, default "reference"
+        Only the oracle (``mate.qsa_mqa_prefill`` runs the native kernels).
+
+    Returns
+    -------
+    torch.Tensor
+        float32 ``[rows, keys]``.
+
+    Raises
+    ------
+    ValueError
+        :class:`mate_core.MateValueError`: invalid shapes, devices, metadata or scaling, or a
+        ``backend`` other than ``"reference"``.
+    TypeError
+        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
+    """
     require_reference(backend, "qsa_mqa_prefill")
     plan = plan_mqa_prefill(q, k, row_starts, row_ends, score_scale, scale=scale, backend="reference")
     mqa.mqa_prefill(plan)
@@ -91,7 +135,29 @@ def qsa_mqa_decode(
     scale: float | None = None,
     backend: str = "reference",
 ) -> torch.Tensor:
-    """Paged-decode MQA logits, FP32 ``[B, max_model_len]``; invisible keys are ``-inf``."""
+    """Paged-decode MQA logits on the FP32 oracle; invisible keys are ``-inf``.
+
+    Parameters
+    ----------
+    q, k_cache, page_table, context_lens, max_model_len, score_scale, scale
+        As in the spec and ``mate.qsa_mqa_decode`` (README, section "API"); the oracle also
+        takes float32 data, int64 metadata and any page size, on any device.
+    backend : {"reference"}, default "reference"
+        Only the oracle (``mate.qsa_mqa_decode`` runs the native kernels).
+
+    Returns
+    -------
+    torch.Tensor
+        float32 ``[B, max_model_len]``.
+
+    Raises
+    ------
+    ValueError
+        :class:`mate_core.MateValueError`: invalid shapes, devices, metadata or scaling, or a
+        ``backend`` other than ``"reference"``.
+    TypeError
+        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
+    """
     require_reference(backend, "qsa_mqa_decode")
     plan = plan_mqa_decode(
         q, k_cache, page_table, context_lens, max_model_len, score_scale, scale=scale, backend="reference"

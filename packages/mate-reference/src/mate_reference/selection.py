@@ -36,6 +36,13 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
     Tensor
         ``[..., k]`` int32 block ids in descending score order; ties keep the lower block
         id first. Rows with fewer than ``k`` selectable blocks are padded with ``-1``.
+
+    Raises
+    ------
+    ValueError
+        :class:`mate_core.MateValueError`: ``scores`` of rank 0, or ``k < 0``.
+    TypeError
+        :class:`mate_core.MateTypeError`: ``scores`` not a floating-point tensor, or ``k`` not an int.
     """
     scores = require_tensor("scores", scores)
     if not scores.is_floating_point():
@@ -81,9 +88,9 @@ def expand_blocks(
     query_positions : Tensor
         ``[...]`` integer request-local position ``p`` of each query (shape
         ``block_indices.shape[:-1]``).
-    block_size : int
+    block_size : int, default 4
         Tokens per block (>= 1); QSA uses 4.
-    include_tail : bool
+    include_tail : bool, default True
         Append the tokens of the query's own incomplete block,
         ``((p + 1) // block_size) * block_size .. p`` (at most ``block_size - 1`` tokens).
 
@@ -98,6 +105,15 @@ def expand_blocks(
         Token ids past int32 (``> 2**31 - 1``, e.g. from int64 block ids or positions) are
         returned as ``-1``, the padding value, because the native path consumes int32 ids; no
         device value is read to decide this (the check is an elementwise ``torch.where``).
+
+    Raises
+    ------
+    ValueError
+        :class:`mate_core.MateValueError`: ``block_indices`` of rank 0, ``query_positions`` not of
+        shape ``block_indices.shape[:-1]``, or ``block_size < 1``.
+    TypeError
+        :class:`mate_core.MateTypeError`: non-integer ``block_indices`` or ``query_positions``, a
+        ``block_size`` that is not an int, or an ``include_tail`` that is not a bool.
     """
     blocks = _require_integer("block_indices", block_indices)
     positions = _require_integer("query_positions", query_positions)

@@ -147,11 +147,30 @@ def qsa_sparse_attention(
     ``backend`` defaults to, and only accepts, ``"reference"`` (this package has no native
     kernels; use ``mate.qsa_sparse_attention`` for ``backend="tilelang"``).
 
+    Parameters
+    ----------
+    query, key, value, token_indices, block_indices, cu_seqlens_q, token_to_req, num_requests, \
+cu_seqlens_k, seq_lens_q, seq_lens_k, query_positions, block_table, page_size, scale, gate, \
+num_splits, return_lse, warp_specialized, assume_compact_blocks, out, selected_kv_indices, \
+softmax_scale, k_scale, v_scale, compute_dtype, lse
+        As in the spec and ``mate.qsa_sparse_attention`` (README, section "API"); the oracle
+        also takes float32 queries, int64 metadata, varlen K/V and any page size, on any device.
+    backend : {"reference"}, default "reference"
+        Only the oracle.
+
     Returns
     -------
     Tensor or tuple of Tensor
         The query-shaped output in the query dtype (``out`` itself when given), or
         ``(out, lse)`` with FP32 ``lse`` of shape ``query.shape[:-1]`` when ``return_lse``.
+
+    Raises
+    ------
+    ValueError
+        :class:`mate_core.MateValueError`: invalid shapes, devices, layouts, metadata or scaling,
+        or a ``backend`` other than ``"reference"``.
+    TypeError
+        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
     """
     require_reference(backend, "qsa_sparse_attention")
     plan = plan_sparse_attention(
