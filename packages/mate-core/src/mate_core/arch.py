@@ -51,7 +51,18 @@ def _capability(device: torch.device) -> tuple[int, int] | None:
 
 
 def describe_device(device: torch.device | str) -> str:
-    """Human-readable name and capability of ``device`` (host query only)."""
+    """Human-readable name and capability of ``device`` (host query only).
+
+    Parameters
+    ----------
+    device : torch.device or str
+        Any torch device (``"cpu"``, ``"cuda:1"``, ``"meta"``, ...).
+
+    Returns
+    -------
+    str
+        E.g. ``"cuda:0 (NVIDIA H200, capability 9.0)"`` or ``"cpu (no native capability)"``.
+    """
     device = torch.device(device)
     cap = _capability(device)
     if cap is None:

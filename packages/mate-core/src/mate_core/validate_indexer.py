@@ -211,6 +211,15 @@ def plan_indexer_score(
     block_keys : Tensor
         Logical ``[B, N_B, D]`` (B == number of requests), or with ``block_table [R, max_pages]``
         a paged cache ``[pages, page_size, 1, D]`` / ``[pages, page_size, D]``; dtype of ``q_idx``.
+    block_table : Tensor, optional
+        ``[R, max_pages]`` integer page ids of a paged ``block_keys``; ids < 0 or >= pages are masked.
+    page_size : int, optional
+        Must equal ``block_keys.shape[1]`` when given; requires ``block_table``.
+    cu_seqlens_q, token_to_req : Tensor, optional
+        Varlen row metadata (exactly one): ``[R + 1]`` cumulative rows, or ``[total_q]``
+        request id per row.
+    num_requests : int, optional
+        ``R``; required with ``token_to_req``.
     query_positions, seq_lens_q : Tensor, optional
         ``[B, Q]``/``[rows]`` request-local positions and ``[R]`` query lengths (integer metadata).
     block_size, scale, score_scale, backend
@@ -221,6 +230,12 @@ def plan_indexer_score(
     IndexerScorePlan
         ``result`` is the FP32 ``[B, Q, W]`` or ``[total_q, W]`` output (W = N_B, or
         ``max_pages * page_size`` when paged) and ``out`` its ``[rows, W]`` view.
+
+    Raises
+    ------
+    MateValueError, MateTypeError
+        As the matching ``mate`` entry point documents (its ValueError and TypeError cases);
+        :class:`UnsupportedTargetError` and :class:`LayoutError` for the native backend.
     """
     backend = check_backend(backend)
     q_idx = require_data("q_idx", q_idx, backend)

@@ -77,6 +77,12 @@ def plan_mqa_prefill(
     -------
     MQAPrefillPlan
         With ``out`` the FP32 ``[rows, keys]`` buffer.
+
+    Raises
+    ------
+    MateValueError, MateTypeError
+        As the matching ``mate`` entry point documents (its ValueError and TypeError cases);
+        :class:`UnsupportedTargetError` and :class:`LayoutError` for the native backend.
     """
     backend = check_backend(backend)
     q = require_data("q", q, backend)
@@ -152,6 +158,12 @@ def plan_mqa_decode(
     MQADecodePlan
         With ``q`` as ``[B, H, D]``, ``k_cache`` as ``[pages, page_size, D]`` and ``out`` the
         FP32 ``[B, max_model_len]`` buffer.
+
+    Raises
+    ------
+    MateValueError, MateTypeError
+        As the matching ``mate`` entry point documents (its ValueError and TypeError cases);
+        :class:`UnsupportedTargetError` and :class:`LayoutError` for the native backend.
     """
     backend = check_backend(backend)
     q = require_data("q", q, backend)

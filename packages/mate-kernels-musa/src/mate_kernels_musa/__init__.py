@@ -8,6 +8,12 @@ made current (as a torch op does): TileLang launches on the current device and i
 so a call on ``cuda:1`` from a process whose current device is ``cuda:0`` runs there too.
 A call made while a CUDA graph is being captured on a stream of another device than its
 tensors' raises (:func:`_check_capture_device`) instead of running unrecorded.
+
+Each backend function raises :class:`mate_core.BackendUnavailableError` when TileLang is not
+installed, :class:`mate_core.UnsupportedTargetError` (from the architecture gate, before
+anything compiles) for a plan whose tensors are not on a native target,
+:class:`mate_core.GraphCaptureError` for the capture misuses, and passes TileLang's or the
+driver's errors (a failed compile, a launch error) through unchanged.
 """
 
 from __future__ import annotations
@@ -93,20 +99,64 @@ def _native(module: str, name: str, plan: Any, out: torch.Tensor) -> None:
 
 
 def indexer_score(plan: Any) -> None:
-    """Native ``qsa_indexer_mqa_score`` on a validated :class:`mate_core.IndexerScorePlan`."""
+    """Native ``qsa_indexer_mqa_score``: writes ``plan.result``.
+
+    Parameters
+    ----------
+    plan : mate_core.IndexerScorePlan
+        From ``mate_core.plan_indexer_score(..., backend="tilelang")``; not validated again.
+
+    Raises
+    ------
+    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
+        See the module docstring.
+    """
     _native("mqa_launch", "indexer_score", plan, plan.result)
 
 
 def mqa_prefill(plan: Any) -> None:
-    """Native ``qsa_mqa_prefill`` on a validated :class:`mate_core.MQAPrefillPlan`."""
+    """Native ``qsa_mqa_prefill``: writes ``plan.out``.
+
+    Parameters
+    ----------
+    plan : mate_core.MQAPrefillPlan
+        From ``mate_core.plan_mqa_prefill(..., backend="tilelang")``; not validated again.
+
+    Raises
+    ------
+    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
+        See the module docstring.
+    """
     _native("mqa_launch", "mqa_prefill", plan, plan.out)
 
 
 def mqa_decode(plan: Any) -> None:
-    """Native ``qsa_mqa_decode`` on a validated :class:`mate_core.MQADecodePlan`."""
+    """Native ``qsa_mqa_decode``: writes ``plan.out``.
+
+    Parameters
+    ----------
+    plan : mate_core.MQADecodePlan
+        From ``mate_core.plan_mqa_decode(..., backend="tilelang")``; not validated again.
+
+    Raises
+    ------
+    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
+        See the module docstring.
+    """
     _native("mqa_launch", "mqa_decode", plan, plan.out)
 
 
 def sparse_attention(plan: Any) -> None:
-    """Native ``qsa_sparse_attention`` on a validated :class:`mate_core.SparseAttentionPlan`."""
+    """Native ``qsa_sparse_attention``: writes ``plan.out`` (and ``plan.lse`` when not None).
+
+    Parameters
+    ----------
+    plan : mate_core.SparseAttentionPlan
+        From ``mate_core.plan_sparse_attention(..., backend="tilelang")``; not validated again.
+
+    Raises
+    ------
+    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
+        See the module docstring.
+    """
     _native("sparse_launch", "sparse_attention", plan, plan.out)
