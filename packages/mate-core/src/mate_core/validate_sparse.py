@@ -149,9 +149,9 @@ def plan_sparse_attention(
         Zero-copy row views: query [rows,Hq,D]; token_indices or
         selected_kv_indices [rows,T]; block_indices [rows,NB]; query_positions
         [rows]; gate [rows,Hq] or [rows,Hq,D]; out [rows,Hq,D] (query dtype) and
-        lse [rows,Hq] (float32; None when neither ``return_lse`` nor ``lse=`` was given),
-        bound to the caller's ``out=``/``lse=`` or allocated with torch.empty. scale is the resolved multiplier; num_splits
-        None becomes 0.
+        lse [rows,Hq] (float32; None when neither ``return_lse`` nor ``lse=`` was
+        given), bound to the caller's ``out=``/``lse=`` or allocated with
+        torch.empty. scale is the resolved multiplier; num_splits None becomes 0.
 
     Raises
     ------
