@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.checks import check_agreement
+from benchmarks.checks import check_agreement, missing_cuda
 from benchmarks.timing import (
     env_info,
     measure_ceilings,
@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="time only these variant labels (e.g. keys-overlap-tpc64)")  # fmt: skip
     parser.add_argument("--json", default="bench_mqa.json")
     args = parser.parse_args(argv)
+    if (status := missing_cuda("bench_mqa")) is not None:
+        return status
     results = run(quick=args.quick, variants=args.variants, only_variants=args.only_variants,
                   match=tuple(args.match))  # fmt: skip
     with open(args.json, "w") as f:

@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.checks import check_agreement
+from benchmarks.checks import check_agreement, missing_cuda
 from benchmarks.timing import env_info, measure_ceilings, native_fields, time_cuda_graph
 
 HQ, HKV, D = 24, 2, 256
@@ -419,9 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-flex", action="store_true")
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--no-physical", action="store_true", help="skip the selected_kv_indices rows")
-    parser.add_argument("--cases", nargs="*", default=None)
+    parser.add_argument("--cases", nargs="*", default=None, choices=CASES, metavar="CASE",
+                        help=f"some of {', '.join(CASES)} (default: all)")  # fmt: skip
     parser.add_argument("--json", default="bench_sparse.json")
     args = parser.parse_args(argv)
+    if (status := missing_cuda("bench_sparse")) is not None:
+        return status
     results = run(quick=args.quick, flex=not args.no_flex, sweep=not args.no_sweep, names=args.cases,
                   physical=not args.no_physical)  # fmt: skip
     with open(args.json, "w") as f:

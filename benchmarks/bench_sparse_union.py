@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from benchmarks import bench_sparse
-from benchmarks.checks import check_agreement
+from benchmarks.checks import check_agreement, missing_cuda
 from benchmarks.timing import env_info, measure_ceilings, time_cuda_graph
 
 CASES = ("prefill_overlap", "prefill_uniform")
@@ -163,9 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rows-per-cta", type=int, nargs="*", default=[2, 4, 5, 8])
-    parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES, metavar="CASE",
+                        help=f"some of {', '.join(CASES)} (default: all)")  # fmt: skip
     parser.add_argument("--json", default="bench_sparse_union.json")
     args = parser.parse_args(argv)
+    if (status := missing_cuda("bench_sparse_union")) is not None:
+        return status
     ceil = measure_ceilings()
     results: list[dict[str, Any]] = [{"name": "ceilings", **ceil, "env": env_info()}]
     for name in args.cases:

@@ -1,4 +1,5 @@
-"""Agreement check run on every benchmark case before it is timed.
+"""Checks every benchmark runs: a CUDA GPU before anything starts, then the agreement check
+on every case before it is timed.
 
 A wrong fast kernel must not be reported as fast: the native output is compared with
 the plain-PyTorch path on the same inputs (identical -inf pattern, relative L2 error
@@ -7,15 +8,28 @@ below 1e-2 on the finite entries) and the case fails loudly otherwise.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
-__all__ = ["MismatchError", "check_agreement"]
+__all__ = ["MismatchError", "check_agreement", "missing_cuda"]
 
 TOLERANCE = 1e-2
 
 
 class MismatchError(RuntimeError):
     """The native output disagrees with the PyTorch path."""
+
+
+def missing_cuda(prog: str) -> int | None:
+    """Exit status 2, after one line on stderr, where no CUDA GPU is visible (the benchmarks
+    would fail on their first CUDA tensor with a traceback); None where one is."""
+    if torch.cuda.is_available():
+        return None
+    print(
+        f"{prog} needs a CUDA GPU (sm_90 with TileLang for the native kernels); none is visible here", file=sys.stderr
+    )
+    return 2
 
 
 def check_agreement(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float = TOLERANCE) -> float:

@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from benchmarks import bench_mqa, bench_sparse, report, sweep
+from benchmarks.checks import missing_cuda
 from benchmarks.timing import env_info, measure_ceilings
 
 __all__ = ["main", "run"]
@@ -105,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-flex", action="store_true", help="skip FlexAttention (slow to compile)")
     parser.add_argument("--no-sweep", action="store_true", help="canonical cases only")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("the benchmark suite needs a CUDA GPU (sm_90 with TileLang for the native kernels)", file=sys.stderr)
-        return 2
+    if (status := missing_cuda("the benchmark suite")) is not None:
+        return status
     try:
         from rich.progress import Progress
     except ImportError:
