@@ -2,8 +2,9 @@
 
 Importing this package does not import TileLang; kernels are compiled lazily
 on first use, per specialization, after mate_core's architecture gate has
-passed. The four backend functions take a validated plan from ``mate_core`` and
-write its output buffers; they never validate again. Each runs with the plan's device
+passed. The four backend functions each take the plan of the matching
+``mate_core.plan_*(..., backend="tilelang")`` and write its output buffers; they never
+validate again. Each runs with the plan's device
 made current (as a torch op does): TileLang launches on the current device and its stream,
 so a call on ``cuda:1`` from a process whose current device is ``cuda:0`` runs there too.
 A call made while a CUDA graph is being captured on a stream of another device than its
@@ -99,64 +100,21 @@ def _native(module: str, name: str, plan: Any, out: torch.Tensor) -> None:
 
 
 def indexer_score(plan: Any) -> None:
-    """Native ``qsa_indexer_mqa_score``: writes ``plan.result``.
-
-    Parameters
-    ----------
-    plan : mate_core.IndexerScorePlan
-        From ``mate_core.plan_indexer_score(..., backend="tilelang")``; not validated again.
-
-    Raises
-    ------
-    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
-        See the module docstring.
-    """
+    """Native ``qsa_indexer_mqa_score`` on a ``mate_core.IndexerScorePlan``: writes ``plan.result``."""
     _native("mqa_launch", "indexer_score", plan, plan.result)
 
 
 def mqa_prefill(plan: Any) -> None:
-    """Native ``qsa_mqa_prefill``: writes ``plan.out``.
-
-    Parameters
-    ----------
-    plan : mate_core.MQAPrefillPlan
-        From ``mate_core.plan_mqa_prefill(..., backend="tilelang")``; not validated again.
-
-    Raises
-    ------
-    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
-        See the module docstring.
-    """
+    """Native ``qsa_mqa_prefill`` on a ``mate_core.MQAPrefillPlan``: writes ``plan.out``."""
     _native("mqa_launch", "mqa_prefill", plan, plan.out)
 
 
 def mqa_decode(plan: Any) -> None:
-    """Native ``qsa_mqa_decode``: writes ``plan.out``.
-
-    Parameters
-    ----------
-    plan : mate_core.MQADecodePlan
-        From ``mate_core.plan_mqa_decode(..., backend="tilelang")``; not validated again.
-
-    Raises
-    ------
-    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
-        See the module docstring.
-    """
+    """Native ``qsa_mqa_decode`` on a ``mate_core.MQADecodePlan``: writes ``plan.out``."""
     _native("mqa_launch", "mqa_decode", plan, plan.out)
 
 
 def sparse_attention(plan: Any) -> None:
-    """Native ``qsa_sparse_attention``: writes ``plan.out`` (and ``plan.lse`` when not None).
-
-    Parameters
-    ----------
-    plan : mate_core.SparseAttentionPlan
-        From ``mate_core.plan_sparse_attention(..., backend="tilelang")``; not validated again.
-
-    Raises
-    ------
-    BackendUnavailableError, UnsupportedTargetError, GraphCaptureError
-        See the module docstring.
-    """
+    """Native ``qsa_sparse_attention`` on a ``mate_core.SparseAttentionPlan``: writes ``plan.out``
+    (and ``plan.lse`` when not None)."""
     _native("sparse_launch", "sparse_attention", plan, plan.out)

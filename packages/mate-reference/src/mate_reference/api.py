@@ -13,11 +13,12 @@ import torch
 from mate_core import plan_indexer_score, plan_mqa_decode, plan_mqa_prefill
 
 from . import mqa
-from ._backend import require_reference
+from ._backend import documents_reference_errors, require_reference
 
 __all__ = ["qsa_indexer_mqa_score", "qsa_mqa", "qsa_mqa_decode", "qsa_mqa_prefill"]
 
 
+@documents_reference_errors
 def qsa_indexer_mqa_score(
     q_idx: torch.Tensor,
     block_keys: torch.Tensor,
@@ -53,14 +54,6 @@ query_positions, seq_lens_q, block_size, scale, score_scale
     -------
     torch.Tensor
         float32 ``[B, Q, N_B]`` (padded ``q_idx``) or ``[total_q, N_B]`` (varlen).
-
-    Raises
-    ------
-    ValueError
-        :class:`mate_core.MateValueError`: invalid shapes, devices, metadata or scaling, or a
-        ``backend`` other than ``"reference"``.
-    TypeError
-        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
     """
     require_reference(backend, "qsa_indexer_mqa_score")
     plan = plan_indexer_score(
@@ -82,6 +75,7 @@ query_positions, seq_lens_q, block_size, scale, score_scale
     return plan.result
 
 
+@documents_reference_errors
 def qsa_mqa_prefill(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -106,14 +100,6 @@ def qsa_mqa_prefill(
     -------
     torch.Tensor
         float32 ``[rows, keys]``.
-
-    Raises
-    ------
-    ValueError
-        :class:`mate_core.MateValueError`: invalid shapes, devices, metadata or scaling, or a
-        ``backend`` other than ``"reference"``.
-    TypeError
-        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
     """
     require_reference(backend, "qsa_mqa_prefill")
     plan = plan_mqa_prefill(q, k, row_starts, row_ends, score_scale, scale=scale, backend="reference")
@@ -124,6 +110,7 @@ def qsa_mqa_prefill(
 qsa_mqa = qsa_mqa_prefill
 
 
+@documents_reference_errors
 def qsa_mqa_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -149,14 +136,6 @@ def qsa_mqa_decode(
     -------
     torch.Tensor
         float32 ``[B, max_model_len]``.
-
-    Raises
-    ------
-    ValueError
-        :class:`mate_core.MateValueError`: invalid shapes, devices, metadata or scaling, or a
-        ``backend`` other than ``"reference"``.
-    TypeError
-        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
     """
     require_reference(backend, "qsa_mqa_decode")
     plan = plan_mqa_decode(

@@ -20,7 +20,7 @@ import torch
 from mate_core import plan_sparse_attention
 from mate_core.plans import SparseAttentionPlan
 
-from ._backend import require_reference
+from ._backend import documents_reference_errors, require_reference
 from ._gather import gather_kv
 from ._rows import RowMeta, resolve_rows
 
@@ -110,6 +110,7 @@ def sparse_attention(plan: SparseAttentionPlan) -> None:
         _run_chunk(plan, meta, slice(start, min(start + step, plan.rows)))
 
 
+@documents_reference_errors
 def qsa_sparse_attention(
     query: Tensor,
     key: Tensor,
@@ -163,14 +164,6 @@ softmax_scale, k_scale, v_scale, compute_dtype, lse
     Tensor or tuple of Tensor
         The query-shaped output in the query dtype (``out`` itself when given), or
         ``(out, lse)`` with FP32 ``lse`` of shape ``query.shape[:-1]`` when ``return_lse``.
-
-    Raises
-    ------
-    ValueError
-        :class:`mate_core.MateValueError`: invalid shapes, devices, layouts, metadata or scaling,
-        or a ``backend`` other than ``"reference"``.
-    TypeError
-        :class:`mate_core.MateTypeError`: wrong Python types or unsupported dtypes.
     """
     require_reference(backend, "qsa_sparse_attention")
     plan = plan_sparse_attention(
