@@ -173,6 +173,36 @@ hpc 24 (64 CTAs of 768)                     79.0-79.4
 Decode 64 x 4 runs one split, so it launches no merge; it served as the noise control:
 258.6-258.9 us with the shipped launcher, 258.6-259.8 with the swapped ones. So CTA placement is
 not what the merge grid waits on either.
+
+Not kept either (session 33, patch ``.devrun/s33_flags.diff``, probe ``.devrun/s33_flags.py``): per-split
+completion flags in place of ``griddepcontrol.wait``, so that each merge CTA waits only for the
+splits of its own (row, head), not for the whole paged grid to finish and flush. Each paged CTA armed its
+``LP`` entries with a NaN payload (a relaxed store, ``__threadfence``, a barrier, then the PDL
+trigger), and at its end stored its partial output, fenced in every thread, synchronized and
+published its LSEs with relaxed GPU-scope stores. The merge CTA polled its splits' LSEs with
+acquire loads (a 100 ns sleep between polls, a trap after 2^25 polls). With a runtime
+``grid_wait = 1`` the merge also waited for the whole grid, which isolates what arming and
+publishing cost. Outputs and LSE were bitwise equal to this kernel's on every case, and 300 graph
+replays of each case were bitwise equal too. Same process, three interleaved rounds, CUDA-graph
+medians after a read flush, us (a fast lease):
+
+==========  ===========  ===========  =================
+case        shipped      flags        flags + grid wait
+==========  ===========  ===========  =================
+64 x 1      76.5-76.8    77.3-77.7    78.6-79.0
+64 x 4      253.4-254.4  255.0-255.5  254.9-255.5
+32 x 1      46.7-47.2    47.3-47.6    48.5-48.9
+8 x 1       23.2         24.0-24.2    23.9-25.2
+1 x 1       16.9-17.1    17.6-17.9    17.7-17.8
+==========  ===========  ===========  =================
+
+Measured: arming and publishing cost 2.1-2.2 us on decode 64 x 1 (flags + grid wait against
+shipped, round by round), and polling instead of the grid wait won back 0.9-1.6 us of it. Inferred, not measured:
+each of the two fences costs about one memory round trip, the first on the prologue's chain before
+the trigger, the second on the last CTAs' path before their flags. Moving the first fence off the
+chain could win back at most its share, which would leave the flags at about the shipped time: the
+fence before the flags does what the grid's completion did. Decode 64 x 4 (one split, no merge,
+nothing armed) was also 1-2 us slower; the only change on its path is a barrier before the trigger.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
