@@ -59,8 +59,9 @@ class FeatureSplitQK:
     ``c_frag`` (``local``, :attr:`frag_shape`, ``dtype`` / float32) and ``s_red`` (``shared``,
     :attr:`red_shape`, float32); imports :data:`PARTIAL_IO` (``T.import_source``); lays its
     score fragment (and any fragment combined with it element by element) out by
-    :meth:`score_layout`; calls :attr:`load_q` once after Q is in shared memory and
-    :attr:`scores` on every block, with every thread of the CTA.
+    :meth:`score_layout`; fills ``q_frag`` once, by :attr:`load_q` after Q is in shared memory or
+    element by element from :meth:`q_element`; and calls :attr:`scores` on every block, with every
+    thread of the CTA.
     """
 
     def __init__(self, dtype: str, rows: int, block_n: int, threads: int, dim: int) -> None:
@@ -75,6 +76,7 @@ class FeatureSplitQK:
         ab = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
         acc = "float32"
         slice_w = dim // warps  # features of one warp
+        self.slice_w = slice_w
         k_steps = slice_w // 16
         self.cols_per_warp = block_n // warps
         self.q_frag_shape = [k_steps * 8]
@@ -128,6 +130,16 @@ class FeatureSplitQK:
 
         self.load_q = load_q
         self.scores = scores
+
+    def q_element(self, tx: Any, i: Any) -> tuple[Any, Any]:
+        """``(tile row, feature)`` that :attr:`load_q` puts into element ``i`` of thread ``tx``'s ``q_frag``.
+
+        Element ``i`` is half ``i % 2`` of register ``(i % 8) // 2`` of k16 step ``i // 8``: the
+        m16k16 A fragment of ``mma.sync``, filled here from global memory instead of by ``ldmatrix``.
+        """
+        lane, w = tx % 32, tx // 32
+        ki, m, e = i // 8, (i % 8) // 2, i % 2
+        return lane // 4 + (m % 2) * 8, w * self.slice_w + ki * 16 + (m // 2) * 8 + (lane % 4) * 2 + e
 
     def score_layout(self, shape: list[int]) -> Any:
         """The m16n8 accumulator layout of a ``[16, block_n]`` tile whose columns are split over the warps."""

@@ -175,12 +175,16 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
 
 
 def paged_consts(
-    group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32"
+    group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32", direct: bool = False
 ) -> tuple[Any, ...]:
-    """Compile-time arguments of ``sparse_paged_kernel`` for one specialization."""
+    """Compile-time arguments of ``sparse_paged_kernel`` for one specialization.
+
+    ``direct`` (a one-split schedule) selects, on split-QK tiles, the build that loads Q straight into
+    the QK fragments (``q_regs``: faster with one split, slower on split decode).
+    """
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
     return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,
-            gate_dtype, t.split_qk)  # fmt: skip
+            gate_dtype, t.split_qk, direct and t.split_qk)  # fmt: skip
 
 
 def specializations(
@@ -192,12 +196,14 @@ def specializations(
     """``(factory, consts)`` of every kernel the launcher may build for these geometries.
 
     Paged kernel: group x dtype x tile x offset width x gate dtype (float32 or the data
-    dtype, read by its one-split epilogue); merge kernel: dtype x gate dtype.
+    dtype, read by its one-split epilogue) x one split or several (split-QK tiles load Q
+    differently, :func:`paged_consts`); merge kernel: dtype x gate dtype.
     """
-    paged = [
-        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w, gd))
+    paged = list(dict.fromkeys(
+        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w, gd, direct))
         for g in groups for d in dtypes for name in tiles for w in wide for gd in ("float32", d)
-    ]  # fmt: skip
+        for direct in (False, True)
+    ))  # fmt: skip
     pdl = sorted({(TILES.get(name) or CANDIDATES[name]).pdl for name in tiles})
     merge = [
         (sparse_merge_kernel.sparse_merge_kernel, (d, gd, MERGE_THREADS, p))
@@ -352,8 +358,9 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     wide = max(kf.shape[0], vf.shape[0]) >= _INT32_LIMIT
     dtype = _DTYPES[q.dtype]
     gate, has_gate, gate_dtype = _gate_view(plan)
+    direct = sched.splits == 1  # the paged kernel's epilogue writes out/lse: no partials, no merge
     main = build(sparse_paged_kernel.sparse_paged_kernel, profile,
-                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype))  # fmt: skip
+                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype, direct))  # fmt: skip
     lse = plan.lse
     has_lse = int(lse is not None)
     if lse is None:
@@ -390,8 +397,7 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
             torch.cuda.current_stream(device).wait_event(measured)
         if ids is None:
             ids = _ids(plan)
-        direct = sched.splits == 1
-        if direct:  # the paged kernel's epilogue writes out/lse: no partials, no merge
+        if direct:
             part_o, part_l = _dummies(device)["part_o"], _dummies(device)["part_l"]
         else:
             part_o = torch.empty((sched.splits, rows, hq, dim), dtype=torch.float32, device=q.device)

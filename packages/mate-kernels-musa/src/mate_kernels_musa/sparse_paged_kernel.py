@@ -130,6 +130,27 @@ against 265.0 / 265.2 / 265.9; 1 x 1 20.1 / 20.2 / 20.4 against 19.5 / 19.7 / 19
 the stamps below (1.28 us) is not on the path to the first gather: only one-row calls gain,
 ~0.5 us, which does not pay for a second Q view and a strided-Q fallback.
 
+Q straight into the QK fragments (session 33, ``q_regs``, probe ``.devrun/s33_q.py``, HEAD's kernel from a
+copy ``.devrun/s33_sparse_paged_kernel_old.py``). With ``split_qk`` each thread needs only its warp's Q
+fragment (16 registers). It was loaded through ``q_s``: every thread waited for its Q loads to store
+them, then a barrier, then ``ldmatrix``. Loaded straight into the fragment registers
+(:meth:`._sparse_qk.FeatureSplitQK.q_element`), nothing waits for Q before the first QK, and the
+prologue has one barrier less. Outputs and LSE were bitwise equal on all six cases. H200, same
+process, three interleaved rounds, CUDA-graph medians after a read flush, us, new against HEAD:
+
+* uniform prefill 2288-2302 against 2468-2483;
+* 90% overlap 1544-1547 against 1543-1545;
+* decode 64 x 4 (one split) 253.6-254.5 against 254.0-255.5;
+* but split decode was slower: 64 x 1 77.0-77.4 against 76.4-76.7, 8 x 1 23.9-24.6 against
+  23.0-23.8, 1 x 1 17.7-17.8 against 16.8-16.9.
+
+A build with both paths behind the runtime ``direct`` flag (``q_s`` for split schedules) was as slow
+on split decode (64 x 1 77.7-78.1 against 76.7-76.9, 1 x 1 18.3-18.6 against 17.2-17.3) and as fast on
+uniform prefill (2282-2293 against 2470-2479). So the register path is a compile-time variant that
+the launcher builds for one-split schedules (``sparse_launch.paged_consts``). Split decode runs the
+previous kernel, whose generated code is unchanged. Why split decode is slower with Q in registers
+is not established: both builds use 128 registers with no spills.
+
 Page-size division (session 27, probe ``.devrun/s27_fd.py``, HEAD's kernel from a copy, same
 process, three rounds, us; results bitwise equal on all six cases). The eager chunk resolution
 divides each slot's token id by the runtime page size, for the page column and the slot, with a
@@ -450,6 +471,7 @@ def sparse_paged_kernel(
     eager: bool = False,
     gate_dtype: str = "float32",
     split_qk: bool = False,
+    q_regs: bool = False,
 ) -> Any:
     """Build the prim_func of one specialization.
 
@@ -485,6 +507,11 @@ def sparse_paged_kernel(
     split_qk : bool
         Score tile with the features split over the warps (:mod:`._sparse_qk`: Q in registers,
         each K element read once per block, PTX ldmatrix / mma.sync) instead of ``T.gemm``.
+    q_regs : bool
+        With ``split_qk``: each thread loads its Q fragment straight from global memory
+        (:meth:`._sparse_qk.FeatureSplitQK.q_element`) instead of through ``q_s``, a barrier and
+        ``ldmatrix``. The launcher builds it for one-split schedules only (measurements in the module
+        docstring: faster on the prefill shapes, slower on split decode).
 
     Kernel arguments
     ----------------
@@ -539,6 +566,8 @@ def sparse_paged_kernel(
     PT = CH // threads  # slots each thread resolves per chunk (eager path)
     NBUF = 2 if eager else 1  # chunk buffers of slot offsets (the one-pipeline mode alternates two)
     OUT_STEPS = H * D // VEC // threads  # 16-byte output rows each thread stores (vectorized epilogue)
+    if q_regs and not split_qk:
+        raise ValueError("q_regs loads the split-QK fragments: it needs split_qk")
     if OUT_STEPS * threads * VEC != H * D or BN < H:  # the output tile is staged in k_s ([BN, D])
         raise ValueError(f"unsupported paged tile: threads={threads} must divide {H * D // VEC}, block_n={BN} >= {H}")
 
@@ -775,16 +804,24 @@ def sparse_paged_kernel(
 
             if skip == 0:
                 # No per-element condition (head_of): the loads issue together. Padding rows'
-                # results are never stored; a skipped CTA computes nothing from q_s.
-                for g, d in T.Parallel(H, D):
-                    q_s[g, d] = Q[r, head_of(hk, g), d]
+                # results are never stored; a skipped CTA computes nothing from Q.
+                if q_regs:
+                    # Straight into this warp's A fragments (qk.q_element): no q_s round trip and no
+                    # barrier, and nothing waits for the loads before the first QK.
+                    tq = T.get_thread_binding()
+                    for i in T.unroll(qk.q_frag_shape[0]):
+                        g, d = qk.q_element(tq, i)
+                        qk_bufs[0][i] = Q[r, head_of(hk, g), d]
+                else:
+                    for g, d in T.Parallel(H, D):
+                        q_s[g, d] = Q[r, head_of(hk, g), d]
                 if direct != 0 and has_gate != 0 and sg[2] == 0:
                     # A per-head gate (0 feature stride): one load and one sigmoid per head, here,
                     # where its latency hides behind the CTA's first gathers, not 32 per thread in
                     # the epilogue, where nothing else of the CTA is left to overlap it.
                     for g in T.Parallel(H):
                         gate_s[g] = sigmoid_gate(GATE[r, head_of(hk, g), 0])
-            if split_qk:
+            if split_qk and not q_regs:
                 qk.load_q(qk_bufs[0], q_s)
             T.fill(acc_o, 0)
             T.fill(l_acc, 0)
