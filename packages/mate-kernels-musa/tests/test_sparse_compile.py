@@ -6,13 +6,15 @@ edges: groups 1 and 16 and the tensor-parallel shard group 3 (BF16; group 3 also
 The physical path (``selected_kv_indices``) is a runtime row mode of the same kernels. Source checks pin the
 properties the design relies on: 16-byte predicated ``cp.async`` gathers (masked slots
 are zero-filled, never read), m16n8k16 MMA, and a register cap from ``min_blocks``; with the
-feature-split QK (``split_qk``, the launcher's tile) Q is read from shared memory once per CTA
-and the warps' partial scores are exchanged through the inline stores of ``_sparse_qk``; the eager
+feature-split QK (``split_qk``, the launcher's tile) Q is read from shared memory once per CTA, or
+on one-split builds (``q_regs``) loaded straight into the QK fragments, and the warps' partial
+scores are exchanged through the inline stores of ``_sparse_qk``; the eager
 chunk resolution has no runtime division by the page size, and the epilogues one per row.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -20,10 +22,10 @@ import pytest
 pytestmark = pytest.mark.compile
 
 
-def _paged(groups: tuple[int, ...], dtype: str, wide: bool = False):
-    from mate_kernels_musa.sparse_launch import specializations
+def _paged(groups: tuple[int, ...], dtype: str, wide: bool = False, tiles: tuple[str, ...] | None = None):
+    from mate_kernels_musa.sparse_launch import TILES, specializations
 
-    specs = specializations(groups=groups, dtypes=(dtype,), wide=(wide,))
+    specs = specializations(groups=groups, dtypes=(dtype,), wide=(wide,), tiles=tiles or tuple(TILES))
     return [s for s in specs if s[0].__name__ == "sparse_paged_kernel"]
 
 
@@ -31,9 +33,15 @@ def _specs():
     from mate_kernels_musa.sparse_launch import specializations
 
     # The benchmark sweep's W4_C32 candidate keeps the T.gemm score tile (split_qk off).
-    gemm_qk = [s for s in specializations(dtypes=("bfloat16",), tiles=("w4-c32",)) if s[1][-2:] == ("bfloat16", False)]
+    gemm_qk = [s for s in _paged((12,), "bfloat16", tiles=("w4-c32",)) if _args(s)["gate_dtype"] == "bfloat16"]
     return (specializations(wide=(False,)) + _paged((12,), "bfloat16", wide=True) + _paged((1, 3, 16), "bfloat16")
             + _paged((3,), "float16") + gemm_qk)  # fmt: skip
+
+
+def _args(spec) -> dict:
+    """The factory's compile-time arguments by name."""
+    factory, consts = spec
+    return dict(zip(inspect.signature(factory).parameters, consts))
 
 
 def _id(spec) -> str:
@@ -52,17 +60,20 @@ def test_sparse_kernel_compiles(spec) -> None:
         assert "cp_async_gs_conditional<16>" in src  # predicated 16-byte gather
         assert "mma_sync" in src
         assert "__launch_bounds__(" in src
+        args = _args(spec)
         q_reads = len(re.findall(r"ldmatrix_x4\(\(&\(\(\((?:bfloat16_t|half_t)\*\)q_s\)", src))
-        if consts[-1]:  # split_qk: one ldmatrix of Q per CTA (before the block loop), none per block
-            assert q_reads == 1 and "mate_sts_f2(" in src
+        if args["q_regs"]:  # Q straight into the split-QK fragments: no q_s at all
+            assert "q_s" not in src and re.search(r"v_1\[i_1\] = condval", src) and "mate_sts_f2(" in src
+        if args["split_qk"]:  # one ldmatrix of Q per CTA (before the block loop; none with q_regs), none per block
+            assert q_reads == (0 if args["q_regs"] else 1) and "mate_sts_f2(" in src
             # The flagged softmax: no __syncthreads_or, the rescale flag read behind the barrier before PV.
             assert "__syncthreads_or" not in src and "mate_flag_read(" in src
         else:  # T.gemm reads Q in every block step (one pipeline per chunk and one per split)
             assert q_reads >= 2 and "mate_sts_f2(" not in src
             assert "__syncthreads_or" in src and "mate_flag_read(" not in src
         # Eager tiles store the chunk offsets where the sync planner does not see them (no barrier per block).
-        assert bool(re.search(r"mate_sts\(\(&\(koff_s\[", src)) == bool(consts[9])
-        if consts[9]:  # the eager chunk resolution divides by the page size with a magic multiply
+        assert bool(re.search(r"mate_sts\(\(&\(koff_s\[", src)) == args["eager"]
+        if args["eager"]:  # the eager chunk resolution divides by the page size with a magic multiply
             assert "% page_size" not in src and "/ page_size" not in src
         # The epilogues divide once per row (the reciprocal of its sum), not once per output element.
         assert src.count("/ l_i[") == 1
