@@ -1,7 +1,8 @@
 """Paged sparse attention, one (query row, KV head, split) per CTA.
 
 Each CTA takes one query row, one KV head (its ``group`` Q heads, padded to a
-16-row tile in shared memory only: global Q/O use the logical heads) and one
+16-row tile on chip only, in shared memory or, with ``q_regs``, in the QK fragments: global
+Q/O use the logical heads) and one
 contiguous share of the row's selection slots, and runs
 gather -> QK (mma m16; with ``split_qk`` each warp takes a quarter of the features,
 :mod:`._sparse_qk`) -> online softmax (exp2, FP32) -> PV. With several splits it
@@ -450,7 +451,7 @@ from ._sparse_qk import PARTIAL_IO, FeatureSplitQK
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
-HEAD_TILE = 16  # mma m16: a group of <= 16 Q heads is padded to 16 rows in shared memory
+HEAD_TILE = 16  # mma m16: a group of <= 16 Q heads is padded to 16 rows on chip (shared memory or registers)
 DIM = 256
 VEC = 8  # 2-byte elements per 16-byte row (the vectorized output stores)
 LOG2E = 1.4426950408889634

@@ -2,8 +2,9 @@
 
 A schedule is a compile-time tile of :mod:`.sparse_paged_kernel` plus the runtime split
 count. The production tile ``W4`` is 4 warps on a 16 x 32 score tile (mma m16n8k16,
-Q heads padded 12 -> 16 in shared memory; the features of QK split over the warps, each
-holding its quarter of Q in registers: ``split_qk``, :mod:`._sparse_qk`), 512 slots
+Q heads padded 12 -> 16 on chip; the features of QK split over the warps, each holding its
+quarter of Q in registers: ``split_qk``, :mod:`._sparse_qk`; one-split schedules load it there
+straight from global memory, ``q_regs``), 512 slots
 resolved per chunk, launch bounds capping registers for 4 CTAs per SM, the ``eager``
 prologue (first token ids loaded before the request search, a parallel ``cu_seqlens_q``
 search, each chunk's ids loaded one chunk ahead), one gather pipeline per split
