@@ -5,7 +5,7 @@ nvcc). Besides the launchers' own kernels (``mate precompile``), the GPU tests b
 group of ``test_head_geometry``, every score schedule of ``test_score_variants_match_reference``,
 the int64-offset kernels of ``test_wide_offset_variant``, the element-load decode kernels of
 ``test_decode_unaligned_cache_element_path`` and the union rows-per-group of
-``test_sparse_union_native``: ~190 specializations, over an hour one after another on a cold
+``test_sparse_union_native``: ~260 specializations, over an hour one after another on a cold
 cache, minutes in parallel. With ``MATE_TEST_PRECOMPILE=1`` (set by ``nox -s gpu`` and
 ``scripts/gpu-check.sh``) the kernels tests' ``conftest.py`` compiles them in parallel first.
 
