@@ -152,6 +152,21 @@ the launcher builds for one-split schedules (``sparse_launch.paged_consts``). Sp
 previous kernel, whose generated code is unchanged. Why split decode is slower with Q in registers
 is not established: both builds use 128 registers with no spills.
 
+Where decode 64 x 1's CTAs spend their time (session 34, probe ``.devrun/s34_stamp.py``; the kernel with
+``%globaltimer`` stamps of thread 0 of every CTA, made by ``.devrun/s34_mkstamp.py``, 0.3-0.9 us slower
+than shipped). Medians over the 512 CTAs, us since each CTA's start, from eager calls after a read flush
+(a CUDA-graph replay in brackets): past the request resolution 1.95 (2.88), Q in its fragments 3.3 (4.3),
+chunk 0's page reads arrived and its offsets stored 4.5 (5.5), block 0 done 9.9-10.0 (11.0). All CTAs
+start within 0.3 us of each other, and the last one ends 68-70 us after the first started (the median one
+at 64; the last split of each row, 14 blocks against 17, ends 6-7 us earlier than the other three).
+Through ``q_regs``, issuing its 32 two-byte loads per thread took ~1.9 us, and chunk 0 resolved no earlier.
+So the first gather waits ~4.5 us for three dependent rounds of cold loads: the token ids, the request,
+then the page reads. A build that held Q in registers until chunk 0 had resolved (``late_q``, patch
+``.devrun/s34_late_q.diff``, probe ``.devrun/s34_lq.py``; not kept) let the page reads overlap the Q loads.
+Outputs were bitwise equal, and it was not faster (same process, three rounds, us, HEAD first): 64 x 1
+77.65-77.9 against 78.06-78.08, 32 x 1 47.42-47.5 against 47.47-47.66, 8 x 1 22.85-23.55 against
+23.65-23.84, 1 x 1 16.9-17.04 against 16.9-17.02. The Q loads are not on the path to the first gather.
+
 Page-size division (session 27, probe ``.devrun/s27_fd.py``, HEAD's kernel from a copy, same
 process, three rounds, us; results bitwise equal on all six cases). The eager chunk resolution
 divides each slot's token id by the runtime page size, for the page column and the slot, with a
