@@ -149,8 +149,11 @@ A build with both paths behind the runtime ``direct`` flag (``q_s`` for split sc
 on split decode (64 x 1 77.7-78.1 against 76.7-76.9, 1 x 1 18.3-18.6 against 17.2-17.3) and as fast on
 uniform prefill (2282-2293 against 2470-2479). So the register path is a compile-time variant that
 the launcher builds for one-split schedules (``sparse_launch.paged_consts``). Split decode runs the
-previous kernel, whose generated code is unchanged. Why split decode is slower with Q in registers
-is not established: both builds use 128 registers with no spills.
+previous kernel, whose generated code is unchanged. Both builds use 128 registers with no spills. The
+stamps below show part of why split decode is slower with Q in registers: each thread's 32 two-byte
+fragment loads (eight heads a warp instruction, against 32 consecutive features through ``q_s``) took
+~1.9 us to issue when all 512 CTAs start together. Chunk 0 resolved 0.3-0.6 us later in eager calls
+(0.5 us earlier in the graph replay), and the call took 78.24-78.46 us against 77.76-77.87.
 
 Where decode 64 x 1's CTAs spend their time (session 34, probe ``.devrun/s34_stamp.py``; the kernel with
 ``%globaltimer`` stamps of thread 0 of every CTA, made by ``.devrun/s34_mkstamp.py``, 0.3-0.9 us slower
@@ -159,7 +162,6 @@ than shipped). Medians over the 512 CTAs, us since each CTA's start, from eager 
 chunk 0's page reads arrived and its offsets stored 4.5 (5.5), block 0 done 9.9-10.0 (11.0). All CTAs
 start within 0.3 us of each other, and the last one ends 68-70 us after the first started (the median one
 at 64; the last split of each row, 14 blocks against 17, ends 6-7 us earlier than the other three).
-Through ``q_regs``, issuing its 32 two-byte loads per thread took ~1.9 us, and chunk 0 resolved no earlier.
 So the first gather waits ~4.5 us for three dependent rounds of cold loads: the token ids, the request,
 then the page reads. A build that held Q in registers until chunk 0 had resolved (``late_q``, patch
 ``.devrun/s34_late_q.diff``, probe ``.devrun/s34_lq.py``; not kept) let the page reads overlap the Q loads.
