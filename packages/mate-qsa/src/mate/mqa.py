@@ -161,7 +161,8 @@ def qsa_mqa_prefill(
     score_scale : float, optional
         Positive score denominator, exclusive with ``scale``.
     scale : float, optional
-        Positive score multiplier; defaults to ``1/sqrt(dim)``. For either, its FP32 multiplier must be a normal number, in [1.18e-38, 3.4e+38].
+        Positive score multiplier; defaults to ``1/sqrt(dim)``. For either, its FP32 multiplier
+        must be a normal number, in [1.18e-38, 3.4e+38].
     backend : {"tilelang", "reference"}, default "tilelang"
         TileLang supports bf16/fp16 ``heads == 4``, ``dim == 128`` inputs that
         satisfy the vector-load layout rule; ``"reference"`` is the FP32 oracle.
@@ -228,7 +229,8 @@ def qsa_mqa_decode(
     score_scale : float, optional
         Positive score denominator, exclusive with ``scale``.
     scale : float, optional
-        Positive score multiplier; defaults to ``1/sqrt(dim)``. For either, its FP32 multiplier must be a normal number, in [1.18e-38, 3.4e+38].
+        Positive score multiplier; defaults to ``1/sqrt(dim)``. For either, its FP32 multiplier
+        must be a normal number, in [1.18e-38, 3.4e+38].
     backend : {"tilelang", "reference"}, default "tilelang"
         TileLang supports bf16/fp16 ``heads == 4``, ``dim == 128``; ``"reference"``
         is the FP32 oracle.
