@@ -34,9 +34,12 @@ gate and writes ``out``/``lse``. Correct (GPU tests, memcheck clean) but slower,
 the larger and more numerous the clusters: decode 64 x 1 at 4 splits 127.1-127.5 against
 81.6-82.0 with this kernel, at 2 splits 87.8-88.0 against 86.1-86.3, at 8 splits 147 against
 98; 32 x 1 at 8 splits 90 against 52; 8 x 1 at 8 splits 40 against 31; 1 x 1 at 8 splits 31.8
-against 28.5 (a single cluster: the epilogue and launch cost ~3 us). Why many clusters lose
-so much (fewer co-resident CTAs under cluster placement is the likely cause) is not
-established.
+against 28.5 (a single cluster: the epilogue and launch cost ~3 us). Session 35 (probe
+``.devrun/s35_cl.py``) found that the placement alone costs it. The unchanged paged kernel, launched as
+clusters along the split axis, gave bitwise-equal outputs. Decode 64 x 1 took 99.2-99.7 us with clusters of 4,
+79.3-79.4 with clusters of 2, against 77.4-78.0 shipped. The paged kernel alone took 94.9-95.7
+with clusters of 4, against 73.3-73.6. So no merge inside a cluster of four can pay for its
+placement.
 
 Not kept either (H200, session 10, probe ``.devrun/s10_fmerge.py``): no merge kernel, the last split
 of a (row, KV head) to finish merging the partials itself. Each split stores its partial, then

@@ -235,6 +235,25 @@ split still runs as many block steps as before (the partial block is a step of i
 and more CTAs did work: 1 x 1 24.1 against 20.6, 8 x 1 28.8 against 26.1, 32 x 1 52.3
 against 50.0, 64 x 1 83.0 against 82.4 (that variant included the page-load change).
 
+Other split boundaries (session 35, kernel copies by ``.devrun/s35_mksplit.py``, probes
+``.devrun/s35_split.py`` and ``.devrun/s35_split2.py``; not kept). The ceil share gives decode 64 x 1
+(2051 ids, 4 splits) 17/17/17/13+1 blocks, so its longest split reads 544 ids. The variants:
+``fl`` 16/16/16/16+1 (the partial block to the last split, at most 515 ids), ``tg`` 513 ids a split
+from any offset, ``un`` 18/18/18/10+1. Outputs were within rel. L2 2.9e-3 of the shipped ones (the P
+rounding of other running maxima), LSE within 1e-6. Same process, three interleaved rounds, us:
+
+==================  ===========  ===========  ===========  ===========
+decode 64 x 1       shipped      ``fl``       ``tg``       ``un``
+==================  ===========  ===========  ===========  ===========
+call, lease 1       76.3-76.5    77.6-78.1    78.2-78.3
+call, lease 2       77.7-77.8    79.2-79.4                 79.1-79.2
+paged alone, 2      73.7-73.8    74.7-74.9                 74.1-74.8
+==================  ===========  ===========  ===========  ===========
+
+On 32 x 1, 8 x 1 and 1 x 1, ``tg`` was 0.7-3 us slower and ``fl`` unchanged to 1.3 us slower; 64 x 4
+(one split) was unchanged. The shipped share is the fastest of the four, in the paged kernel itself:
+the longest split does not bound the call.
+
 Speculative page reads (session 14, patch ``.devrun/s14_spec.diff``, probe ``.devrun/s14_spec.py``;
 not kept): the eager path read the first chunk's block-table entries right after the token
 ids, for the request the row index suggests (``r * R // rows``: exact for decode batches and
