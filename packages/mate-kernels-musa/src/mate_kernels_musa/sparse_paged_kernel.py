@@ -170,7 +170,7 @@ Outputs were bitwise equal, and it was not faster (same process, three rounds, u
 23.65-23.84, 1 x 1 16.9-17.04 against 16.9-17.02. The Q loads are not on the path to the first gather.
 Nor is the kernels' code, which the read flush evicts from the L2 too: a one-row call of the same kernels
 on other inputs between the flush and the timed replay (session 36, probe ``.devrun/s36_ifetch.py``) left
-64 x 1 at 76.85-76.96 against 76.29-76.37 behind a trivial kernel, and 8 x 1 and 1 x 1 within 0.4 us.
+64 x 1 at 76.85-76.96 against 76.29-76.37 behind a trivial kernel, and 8 x 1 and 1 x 1 within 0.5 us.
 
 Page-size division (session 27, probe ``.devrun/s27_fd.py``, HEAD's kernel from a copy, same
 process, three rounds, us; results bitwise equal on all six cases). The eager chunk resolution
