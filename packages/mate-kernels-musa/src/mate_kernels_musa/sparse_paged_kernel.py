@@ -349,6 +349,31 @@ before the same block's ``cp.async`` and so only repeats its L2 requests, cost 8
 27% on uniform blocks: the L2 requests of the gather (or the memory-pipe issue slots behind
 them) bound both shapes, not the number of copies in flight.
 
+L2 prefetch in the grid's tail only (session 37, kernel copy made by ``.devrun/s37_mktail.py``, probe
+``.devrun/s37_tail.py``; not kept). Session 25 prefetched at every step. This build prefetches only
+once ``thr`` of the grid's CTAs have left their block loops, when fewer CTAs are left to gather. A
+CTA bumped a global counter at its loop's end (``red.add``, no return). Each step loaded the counter
+(relaxed, GPU scope) and used the value loaded one step before, so no step waited for it. Past the
+threshold each thread prefetched one 128-byte line of a K row and one of a V row of block
+``k + dist``. Outputs were bitwise equal to the shipped kernel's. Same process, three interleaved
+rounds, CUDA-graph medians after a read flush, us (``thr`` in eighths of the 512 CTAs):
+
+==============================================  ===========  ===========
+variant                                         64 x 1       64 x 4
+==============================================  ===========  ===========
+shipped                                         77.3-77.5    258.6-259.4
+copy, feature off (no counter traffic)          77.2-77.4    258.8-259.7
+counter loads and bumps, never prefetching      79.2-79.6
+``thr`` 2/8, 4/8, 6/8 or 7/8, ``dist`` 2        79.1-79.6    259.0-259.9
+``thr`` 6/8 or 7/8, ``dist`` 1                  79.2-79.6
+==============================================  ===========  ===========
+
+On 64 x 4 only ``thr`` 6/8 and 7/8 at ``dist`` 2 ran. Round by round, prefetching moved 64 x 1 by
+-0.33 to +0.35 us against the same build counting without it, even from 2/8 on, when the short
+splits end, i.e. over about the grid's last 10 us (session 34's stamps, above). So the last CTAs do
+not wait on DRAM latency that an L2 prefetch would hide. The counter on one address alone cost
+1.8-2.4 us.
+
 K and V loaded straight into the mma fragments (session 26, kernel copy ``.devrun/s26_spk.py``,
 probe ``.devrun/s26_ab.py``; not kept). Of a block's ~688 shared-memory wavefronts, the gather's
 fill and the K/V ``ldmatrix`` reads are ~512 (counted the same way), so this variant kept K and V
