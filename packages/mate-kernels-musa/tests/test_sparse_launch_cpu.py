@@ -11,6 +11,7 @@ path's split of row groups between its kernels, and views are thereby checked ag
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import mate_kernels_musa_tests_sparse_cases as cases  # registered by conftest.py
@@ -652,12 +653,12 @@ def test_launcher_loads_q_into_registers_only_with_one_split(emulated, monkeypat
     emulate = sparse_launch.build
 
     def record(factory, profile, *consts):
-        if factory.__name__ == "sparse_paged_kernel":
-            built.append(consts)
+        if factory.__name__ == "sparse_paged_kernel":  # its compile-time arguments, by name
+            built.append(dict(zip(inspect.signature(factory).parameters, consts)))
         return emulate(factory, profile, *consts)
 
     monkeypatch.setattr(sparse_launch, "build", record)
     case = cases.random_case(gen, max_rows=6, max_width=40, hq=24, hkv=2, num_splits=num_splits)
     _check_case(case)
     splits = sparse_launch.schedule_for(plan_sparse_attention(**case.kwargs, backend="reference")).splits
-    assert [c[-1] for c in built] == [splits == 1]
+    assert [c["q_regs"] for c in built] == [splits == 1]
