@@ -35,6 +35,11 @@ def gpu_test_specializations() -> list:
         for d, ps in ELEMENT_DECODE
     ]
     specs += [Spec("sparse_paged", f, c) for f, c in sparse_launch.specializations(groups=(12,), wide=(True,))]
+    # test_l2_evict_first_changes_no_value: the split builds without their L2 hint.
+    specs += [
+        Spec("sparse_paged", f, (*c[:-1], False))
+        for f, c in sparse_launch.specializations(groups=(12,)) if f.__name__ == "sparse_paged_kernel" and c[-1]
+    ]  # fmt: skip
     specs += [
         Spec("sparse_union", f, c)
         for f, c in sparse_union.union_specializations(groups=(12,), wide=(False, True))

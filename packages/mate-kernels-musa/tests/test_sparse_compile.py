@@ -5,7 +5,7 @@ merge kernel for every output/gate dtype pair, and the generic head geometry at 
 edges: groups 1 and 16 and the tensor-parallel shard group 3 (BF16; group 3 also FP16).
 The physical path (``selected_kv_indices``) is a runtime row mode of the same kernels. Source checks pin the
 properties the design relies on: 16-byte predicated ``cp.async`` gathers (masked slots
-are zero-filled, never read), m16n8k16 MMA, and a register cap from ``min_blocks``; with the
+are zero-filled, never read; on split builds all with the L2 evict-first policy), m16n8k16 MMA, and a register cap from ``min_blocks``; with the
 feature-split QK (``split_qk``, the launcher's tile) Q is read from shared memory once per CTA, or
 on one-split builds (``q_regs``) loaded straight into the QK fragments, and the warps' partial
 scores are exchanged through the inline stores of ``_sparse_qk``; the eager
@@ -57,10 +57,12 @@ def test_sparse_kernel_compiles(spec) -> None:
     src = build(factory, "cuda-sm90a", *consts).get_kernel_source()
     assert "__global__" in src
     if factory.__name__ == "sparse_paged_kernel":
-        assert "cp_async_gs_conditional<16>" in src  # predicated 16-byte gather
+        args = _args(spec)
+        # Predicated 16-byte gathers: TileLang's, or on kv_evict_first builds every one through the L2-hinted copy.
+        hinted, plain = src.count("mate_cp16_evict_first((&"), src.count("tl::cp_async_gs_conditional<16>((&")
+        assert (hinted > 0 and plain == 0) if args["kv_evict_first"] else (hinted == 0 and plain > 0)
         assert "mma_sync" in src
         assert "__launch_bounds__(" in src
-        args = _args(spec)
         q_reads = len(re.findall(r"ldmatrix_x4\(\(&\(\(\((?:bfloat16_t|half_t)\*\)q_s\)", src))
         if args["q_regs"]:  # Q straight into the split-QK fragments: no q_s at all
             assert "q_s" not in src and re.search(r"v_1\[i_1\] = condval", src) and "mate_sts_f2(" in src

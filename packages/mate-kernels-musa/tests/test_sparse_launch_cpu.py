@@ -71,7 +71,7 @@ def _fast_divmod(page_size, magic, shift):
 
 
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype,
-                   split_qk, q_regs=False):  # fmt: skip
+                   split_qk, q_regs=False, kv_evict_first=False):  # fmt: skip
     def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, OUTF, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
             has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
             has_gate, has_lse, u_rows, max_nu, one_pipe, ps_magic, ps_shift, out_vec, of0, of1):  # fmt: skip
@@ -647,8 +647,9 @@ def test_page_divisor_rejects_out_of_range(bad: int) -> None:
 
 
 @pytest.mark.parametrize("num_splits", [1, 3, None])
-def test_launcher_loads_q_into_registers_only_with_one_split(emulated, monkeypatch, num_splits, gen) -> None:
-    """The paged kernel's ``q_regs`` build (Q straight into the QK fragments) serves one-split schedules only."""
+def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_splits, gen) -> None:
+    """The paged kernel's ``q_regs`` build (Q straight into the QK fragments) serves one-split schedules only,
+    its ``kv_evict_first`` build (K/V gathers with an L2 evict-first policy) split schedules only."""
     built = []
     emulate = sparse_launch.build
 
@@ -662,3 +663,4 @@ def test_launcher_loads_q_into_registers_only_with_one_split(emulated, monkeypat
     _check_case(case)
     splits = sparse_launch.schedule_for(plan_sparse_attention(**case.kwargs, backend="reference")).splits
     assert [c["q_regs"] for c in built] == [splits == 1]
+    assert [c["kv_evict_first"] for c in built] == [splits > 1]

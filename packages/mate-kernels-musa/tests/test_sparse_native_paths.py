@@ -315,6 +315,39 @@ def test_wide_offset_variant(index: int, gen: torch.Generator, monkeypatch) -> N
         checks.run_case(cases.random_case(gen, max_rows=48, max_width=300, kv="padded" if index == 2 else "paged"))
 
 
+@pytest.mark.parametrize("num_splits", [2, 3, 7])
+def test_l2_evict_first_changes_no_value(num_splits: int, gen: torch.Generator, monkeypatch) -> None:
+    """Split builds gather K/V with an L2 evict-first policy: bitwise the output and LSE of the same build without it."""
+    from mate_core import plan_sparse_attention
+    from mate_kernels_musa import sparse_attention, sparse_launch
+
+    width = int(torch.randint(1, 601, (1,), generator=gen))  # T > 0: the launcher builds the paged kernel
+    case = cases.random_case(gen, max_rows=48, max_width=600, width=width, num_splits=num_splits).to("cuda")
+    kw = {k: v for k, v in case.kwargs.items() if k not in ("out", "lse", "return_lse")}
+    build, hints = sparse_launch.build, []
+
+    def builder(strip: bool):
+        def record(factory, profile, *consts):
+            if factory.__name__ == "sparse_paged_kernel":
+                hints.append(consts[-1])  # kv_evict_first (the last compile-time argument)
+                consts = (*consts[:-1], False) if strip else consts
+            return build(factory, profile, *consts)
+
+        return record
+
+    results = []
+    for strip in (False, True):
+        monkeypatch.setattr(sparse_launch, "build", builder(strip))
+        plan = plan_sparse_attention(**kw, return_lse=True)
+        plan.out.fill_(float("nan"))
+        sparse_attention(plan)
+        results.append((plan.out, plan.lse))
+    torch.cuda.synchronize()
+    assert hints == [True, True], case.notes
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1]), case.notes
+    assert torch.isfinite(results[0][0]).all(), case.notes
+
+
 @pytest.mark.parametrize("index", range(2))
 def test_memcheck_physical_out_of_range(index: int, gen: torch.Generator) -> None:
     """Small physical calls with ids below 0 and past N, into views (run under memcheck)."""

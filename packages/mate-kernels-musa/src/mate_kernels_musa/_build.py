@@ -4,7 +4,11 @@ A kernel module defines a factory whose arguments are the compile-time
 constants (head geometry, dtype, tile sizes) and which returns a TileLang
 ``prim_func`` with dynamic runtime sizes; a ``pass_configs`` attribute on the factory adds
 TileLang pass configs for its kernels, per device type of the profile (``{"cuda": {...}}``):
-a config verified on one toolchain is not passed to another. :func:`build` compiles one
+a config verified on one toolchain is not passed to another. A ``cuda_postproc`` attribute
+(generated CUDA source -> source) rewrites the factory's kernels on CUDA profiles: it is
+TileLang's global ``tilelang_callback_cuda_postproc`` only while :func:`build` compiles
+(chained after any callback already registered, which is restored afterwards), and must return
+sources it does not recognize unchanged. :func:`build` compiles one
 specialization for one target profile and caches it for the process;
 TileLang's on-disk cache (``TILELANG_CACHE_DIR``) persists it across processes.
 
@@ -21,10 +25,12 @@ captured and replayed correctly in a CUDA graph on ``cuda:1``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -34,6 +40,9 @@ from mate_core.arch import native_target_for
 from .target import profile_for, profile_named
 
 logger = logging.getLogger("mate_kernels_musa")
+
+_CUDA_POSTPROC = "tilelang_callback_cuda_postproc"
+_postproc_lock = threading.Lock()
 
 
 @functools.cache
@@ -53,6 +62,34 @@ def pass_configs(factory: Callable[..., Any], profile: str) -> dict[str, Any]:
     return {**dict(prof.pass_configs), **getattr(factory, "pass_configs", {}).get(prof.device_type, {})}
 
 
+@contextlib.contextmanager
+def cuda_postproc(rewrite: Callable[[str], str] | None) -> Iterator[None]:
+    """Make ``rewrite`` TileLang's CUDA source callback for the duration of the block (none: no-op).
+
+    A callback registered before runs first and is registered again on exit (none: the name is
+    removed), so a user's own callback keeps working inside and outside the block.
+    """
+    if rewrite is None:
+        yield
+        return
+    import tvm_ffi
+
+    with _postproc_lock:
+        previous = tvm_ffi.get_global_func(_CUDA_POSTPROC, allow_missing=True)
+
+        def chained(code: str, target: Any) -> str:
+            return rewrite(previous(code, target) if previous is not None else code)
+
+        tvm_ffi.register_global_func(_CUDA_POSTPROC, f=chained, override=True)
+        try:
+            yield
+        finally:
+            if previous is not None:
+                tvm_ffi.register_global_func(_CUDA_POSTPROC, f=previous, override=True)
+            else:
+                tvm_ffi.remove_global_func(_CUDA_POSTPROC)
+
+
 @functools.cache
 def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     """Compile ``factory(*consts)`` for the named target profile (cached)."""
@@ -64,6 +101,10 @@ def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     start = time.perf_counter()
     func = factory(*consts)
     configs = pass_configs(factory, profile)
-    kernel = tilelang.compile(func, target=prof.tvm_target(), pass_configs=configs or None, execution_backend="auto")
+    rewrite = getattr(factory, "cuda_postproc", None) if prof.device_type == "cuda" else None
+    with cuda_postproc(rewrite):
+        kernel = tilelang.compile(
+            func, target=prof.tvm_target(), pass_configs=configs or None, execution_backend="auto"
+        )
     logger.info("built %s for %s in %.1f s", name, profile, time.perf_counter() - start)
     return kernel

@@ -19,7 +19,8 @@ tensors with their runtime strides and launches on the current stream:
    by the time the sort reads its ``NU`` (filled with ``UNMEASURED`` first); without it every row;
 1. :mod:`.sparse_paged_kernel` - with one split it applies the gate and writes
    ``plan.out`` (any strided view) and ``plan.lse`` itself; with several it writes FP32
-   partial outputs and LSE per split, and
+   partial outputs and LSE per split (its K/V gathers then carry an L2 evict-first policy, so
+   the partials stay in the L2 for the merge: :mod:`._l2_hints`), and
 2. :mod:`.sparse_merge_kernel` combines them, applies the gate and writes ``plan.out``
    and ``plan.lse`` (a programmatic dependent launch: it starts during the paged kernel).
 
@@ -180,11 +181,13 @@ def paged_consts(
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization.
 
     ``direct`` (a one-split schedule) selects, on split-QK tiles, the build that loads Q straight into
-    the QK fragments (``q_regs``: faster with one split, slower on split decode).
+    the QK fragments (``q_regs``: faster with one split, slower on split decode); on tiles with
+    ``kv_evict_first``, a split schedule (not ``direct``) gets the build whose K/V gathers carry
+    the L2 evict-first policy.
     """
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
     return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,
-            gate_dtype, t.split_qk, direct and t.split_qk)  # fmt: skip
+            gate_dtype, t.split_qk, direct and t.split_qk, t.kv_evict_first and not direct)  # fmt: skip
 
 
 def specializations(

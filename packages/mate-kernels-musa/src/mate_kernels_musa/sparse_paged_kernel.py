@@ -472,6 +472,41 @@ uniform prefill, default   3429 / 3262 / 3286       3352 / 3477 / 3481
 90% overlap, default       1660 / 1645 / 1623       1674 / 1659 / 1636
 =========================  =======================  =======================
 
+L2 evict-first on split builds (session 38, probe ``.devrun/s38_evict.py``; ``kv_evict_first``,
+:mod:`._l2_hints`). A split decode reads each K/V line once, and decode 64 x 1 streams ~269 MB
+through the ~50 MB L2. With the default policy that stream also evicts what the call reads again:
+the 6.3 MB of FP32 partials that the merge grid reads, the token-id and block-table lines that a
+row's two KV-head CTAs share. With every K/V ``cp.async`` carrying ``L2::evict_first``, the stream
+evicts itself first. Expected before the run: 0.5-2 us off 64 x 1, most likely ~1 (the partial
+stores' ~1.3 us of session 37 as the upper end). Outputs and LSE were bitwise equal to the shipped
+kernel's on every case. Same process, three interleaved rounds, CUDA-graph medians after a read
+flush, us, on two leases:
+
+==================================  ========================  ========================
+case (lease)                        shipped                   evict-first K/V
+==================================  ========================  ========================
+64 x 1 (1)                          78.21 / 78.06 / 78.03     77.58 / 77.65 / 77.55
+64 x 1, paged kernel alone (1)      73.63 / 74.16 / 73.50     73.60 / 73.89 / 73.28
+64 x 1 (2)                          77.34 / 76.88 / 77.52     76.24 / 76.27 / 76.53
+64 x 1, paged kernel alone (2)      72.30 / 72.45 / 72.90     72.19 / 71.98 / 72.70
+32 x 1 (2)                          47.10 / 46.88 / 47.23     46.13 / 46.21 / 46.32
+8 x 1 (2)                           23.94 / 23.26 / 23.38     23.36 / 23.78 / 22.99
+1 x 1 (2)                           17.18 / 17.25 / 17.31     17.26 / 17.31 / 17.25
+64 x 4, one split (1)               257.68 / 259.07 / 258.21  257.26 / 257.52 / 257.28
+64 x 4, one split (2)               252.90 / 252.58 / 252.30  252.30 / 251.55 / 252.10
+==================================  ========================  ========================
+
+- The call gained 0.4-0.6 us (lease 1) and 0.6-1.1 us (lease 2) on 64 x 1, 0.7-1.0 on 32 x 1;
+  8 x 1 and 1 x 1 did not move beyond their noise.
+- The paged kernel alone gained 0-0.5 us, so most of the gain is after it: inferred, not measured,
+  the merge grid now finds the partials in the L2 instead of DRAM.
+- The same hint on the one-split build took 0.2-1.5 us off 64 x 4. The launcher does not use it
+  there: that build also serves prefill, whose neighbouring rows share K/V through the L2 (the
+  region sort exists for that); the hint was not timed on prefill.
+- Not kept: the FP32 partial stores with ``L2::evict_last`` besides (lease 1): 64 x 1
+  78.40 / 78.51 / 78.21, the paged kernel alone 74.53 / 74.62 / 74.64, ~1 us slower than
+  evict-first alone.
+
 Masking follows the public semantics (the ``mate.qsa_sparse_attention`` docstring). The
 row's request and last usable token id ``lim`` are resolved on the device
 (:mod:`._sparse_macros`); slot ``t`` is used
@@ -496,6 +531,7 @@ group size, the dtype, the schedule's tile sizes and the offset width.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 from typing import Any
 
+from ._l2_hints import KV_EVICT_FIRST_IO, hint_kv_copies
 from ._sparse_macros import (
     SOFTMAX_FLAG_IO,
     UNSEEN_STORE_IO,
@@ -537,6 +573,7 @@ def sparse_paged_kernel(
     gate_dtype: str = "float32",
     split_qk: bool = False,
     q_regs: bool = False,
+    kv_evict_first: bool = False,
 ) -> Any:
     """Build the prim_func of one specialization.
 
@@ -577,6 +614,11 @@ def sparse_paged_kernel(
         (:meth:`._sparse_qk.FeatureSplitQK.q_element`) instead of through ``q_s``, a barrier and
         ``ldmatrix``. The launcher builds it for one-split schedules only (measurements in the module
         docstring: faster on the prefill shapes, slower on split decode).
+    kv_evict_first : bool
+        Every K/V ``cp.async`` carries an L2 evict-first policy (:mod:`._l2_hints`; PTX, like
+        ``pdl``), so the gathered stream does not evict what the call reads again (the partials,
+        the shared metadata lines). The launcher builds it for split schedules only: one-split
+        prefill rows share K/V through the L2.
 
     Kernel arguments
     ----------------
@@ -825,8 +867,9 @@ def sparse_paged_kernel(
             alpha = T.alloc_fragment([H], acc)
             p_tmp = flag_s = None
             qk_bufs = ()
-            if split_qk or eager:
-                T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + UNSEEN_STORE_IO)
+            if split_qk or eager or kv_evict_first:
+                T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + UNSEEN_STORE_IO
+                                + (KV_EVICT_FIRST_IO if kv_evict_first else ""))  # fmt: skip
             if split_qk:
                 # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
                 # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
@@ -936,3 +979,6 @@ def sparse_paged_kernel(
                     write_partial(acc_o, l_i, alpha, m_i, OP, LP, s, r, hk)
 
     return main
+
+
+sparse_paged_kernel.cuda_postproc = hint_kv_copies  # type: ignore[attr-defined]  # kv_evict_first builds only

@@ -379,6 +379,8 @@ class Tile:
     eager: bool = False
     # Score tile with the features split over the warps (_sparse_qk; PTX, like pdl).
     split_qk: bool = False
+    # Split builds gather K/V with an L2 evict-first policy (_l2_hints; PTX, like pdl).
+    kv_evict_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -399,9 +401,8 @@ class Schedule:
                 + ("/sort" if self.sort else "") + ("" if self.one_pipe else "/per-chunk"))  # fmt: skip
 
 
-W4 = Tile(
-    "w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True, split_qk=True
-)
+W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True,
+          split_qk=True, kv_evict_first=True)  # fmt: skip
 W2 = Tile("w2", block_n=32, threads=64, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True)
 N64 = Tile("n64", block_n=64, threads=128, chunk_blocks=8, num_stages=1, min_blocks=2, pdl=True, eager=True)
 W4_LAZY = Tile("w4-lazy", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4)

@@ -6,8 +6,9 @@ native test and benchmark runs on an H200); the MUSA profile is a statically
 checked configuration that cannot be run in this project's CI. Not yet behind a
 profile: the sparse launcher's tile (``sparse_schedule.W4``) emits CUDA instructions
 through TileLang's PTX intrinsics (the PDL trigger; the ldmatrix / mma.sync and the
-inline partial stores of the feature-split QK, ``_sparse_qk``), so a MUSA build of the
-sparse path needs a tile with ``pdl`` and ``split_qk`` off.
+inline partial stores of the feature-split QK, ``_sparse_qk``; the L2 evict-first copies of
+split builds, ``_l2_hints``, whose source rewrite ``_build`` applies on CUDA profiles only), so a
+MUSA build of the sparse path needs a tile with ``pdl``, ``split_qk`` and ``kv_evict_first`` off.
 """
 
 from __future__ import annotations
