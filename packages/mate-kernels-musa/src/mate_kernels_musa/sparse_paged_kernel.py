@@ -500,11 +500,11 @@ case (lease)                        shipped                   evict-first K/V
   8 x 1 and 1 x 1 did not move beyond their noise.
 - The paged kernel alone gained 0-0.5 us, so most of the gain is after it: inferred, not measured,
   the merge grid now finds the partials in the L2 instead of DRAM.
-- The same hint on the one-split build took 0.2-1.5 us off 64 x 4. The launcher does not use it
+- The same hint on the one-split build took 0.2-1.6 us off 64 x 4. The launcher does not use it
   there: that build also serves prefill, whose neighbouring rows share K/V through the L2 (the
   region sort exists for that); the hint was not timed on prefill.
 - Not kept: the FP32 partial stores with ``L2::evict_last`` besides (lease 1): 64 x 1
-  78.40 / 78.51 / 78.21, the paged kernel alone 74.53 / 74.62 / 74.64, ~1 us slower than
+  78.40 / 78.51 / 78.21, the paged kernel alone 74.53 / 74.62 / 74.64: 0.6-1.3 us slower than
   evict-first alone.
 
 Masking follows the public semantics (the ``mate.qsa_sparse_attention`` docstring). The
