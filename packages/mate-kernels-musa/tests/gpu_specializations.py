@@ -14,10 +14,18 @@ Registered as ``mate_kernels_musa_tests_gpu_specializations`` by ``conftest.py``
 
 from __future__ import annotations
 
+import inspect
+
 DTYPES = ("bfloat16", "float16")
 GROUPS = tuple(range(1, 17))  # every GQA group the native path accepts (test_head_geometry covers 1..16)
 UNION_ROWS_PER_CTA = (2, 5, 8)  # test_sparse_union_native.ROWS_PER_CTA besides the launcher's 4
 ELEMENT_DECODE = (("bfloat16", 8), ("float16", 64))  # test_decode_unaligned_cache_element_path
+
+
+def without_l2_hint(factory, consts: tuple) -> tuple:
+    """The paged kernel's compile-time arguments ``consts`` with ``kv_evict_first`` off (found by name)."""
+    i = list(inspect.signature(factory).parameters).index("kv_evict_first")
+    return (*consts[:i], False, *consts[i + 1 :])
 
 
 def gpu_test_specializations() -> list:
@@ -37,8 +45,9 @@ def gpu_test_specializations() -> list:
     specs += [Spec("sparse_paged", f, c) for f, c in sparse_launch.specializations(groups=(12,), wide=(True,))]
     # test_l2_evict_first_changes_no_value: the split builds without their L2 hint.
     specs += [
-        Spec("sparse_paged", f, (*c[:-1], False))
-        for f, c in sparse_launch.specializations(groups=(12,)) if f.__name__ == "sparse_paged_kernel" and c[-1]
+        Spec("sparse_paged", f, without_l2_hint(f, c))
+        for f, c in sparse_launch.specializations(groups=(12,))
+        if f.__name__ == "sparse_paged_kernel" and without_l2_hint(f, c) != c
     ]  # fmt: skip
     specs += [
         Spec("sparse_union", f, c)

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import textwrap
 
+import mate_kernels_musa_tests_gpu_specializations as gpu_specs  # registered by conftest.py
 import mate_kernels_musa_tests_sparse_checks as checks  # registered by conftest.py
 import pytest
 import torch
@@ -329,8 +330,9 @@ def test_l2_evict_first_changes_no_value(num_splits: int, gen: torch.Generator, 
     def builder(strip: bool):
         def record(factory, profile, *consts):
             if factory.__name__ == "sparse_paged_kernel":
-                hints.append(consts[-1])  # kv_evict_first (the last compile-time argument)
-                consts = (*consts[:-1], False) if strip else consts
+                plain = gpu_specs.without_l2_hint(factory, consts)
+                hints.append(plain != consts)  # the launcher asked for the kv_evict_first build
+                consts = plain if strip else consts
             return build(factory, profile, *consts)
 
         return record

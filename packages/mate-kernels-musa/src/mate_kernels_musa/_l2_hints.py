@@ -12,9 +12,7 @@ TileLang 0.1.15 takes an eviction policy only on TMA copies; the gather is a pre
 TileLang's cache) and its factory names :func:`hint_kv_copies` as ``cuda_postproc``, which
 :func:`mate_kernels_musa._build.build` applies to the generated CUDA source of that build only.
 
-Measured (H200, session 38, probe ``.devrun/s38_evict.py``: the same rewrite by a postproc, same
-process, three interleaved rounds, CUDA-graph medians after a read flush, us; outputs and LSE
-bitwise equal): see the ``sparse_paged_kernel`` module docstring ("L2 evict-first").
+Measurements: the ``sparse_paged_kernel`` module docstring ("L2 evict-first on split builds").
 """
 
 from __future__ import annotations
