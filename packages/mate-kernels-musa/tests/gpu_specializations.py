@@ -45,9 +45,9 @@ def gpu_test_specializations() -> list:
     specs += [Spec("sparse_paged", f, c) for f, c in sparse_launch.specializations(groups=(12,), wide=(True,))]
     # test_l2_evict_first_changes_no_value: the split builds without their L2 hint.
     specs += [
-        Spec("sparse_paged", f, without_l2_hint(f, c))
+        Spec("sparse_paged", f, plain)
         for f, c in sparse_launch.specializations(groups=(12,))
-        if f.__name__ == "sparse_paged_kernel" and without_l2_hint(f, c) != c
+        if f.__name__ == "sparse_paged_kernel" and (plain := without_l2_hint(f, c)) != c
     ]  # fmt: skip
     specs += [
         Spec("sparse_union", f, c)

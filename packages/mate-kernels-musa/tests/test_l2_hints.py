@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mate_kernels_musa._build import cuda_postproc
-from mate_kernels_musa._l2_hints import KV_EVICT_FIRST_IO, hint_kv_copies
+from mate_kernels_musa._l2_hints import KV_EVICT_FIRST_IO, MARKER, hint_kv_copies
 
 CALLBACK = "tilelang_callback_cuda_postproc"
 COPY = "tl::cp_async_gs_conditional<16>((&(k_s[i])), (&(KF[o])), c);"
@@ -28,7 +28,7 @@ def test_rewrite_routes_every_gather_of_a_hinted_kernel() -> None:
     code = KV_EVICT_FIRST_IO + f"{COPY}\n{COPY.replace('k_s', 'v_s').replace('KF', 'VF')}\n"
     out = hint_kv_copies(code)
     assert "tl::cp_async_gs_conditional" not in out
-    assert out.count("mate_cp16_evict_first((&") == 2
+    assert out.count(f"{MARKER}((&") == 2
     assert out.startswith(KV_EVICT_FIRST_IO)  # the helper itself is kept
 
 

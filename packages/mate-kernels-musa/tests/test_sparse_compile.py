@@ -19,6 +19,8 @@ import re
 
 import pytest
 
+from mate_kernels_musa._l2_hints import MARKER
+
 pytestmark = pytest.mark.compile
 
 
@@ -59,7 +61,7 @@ def test_sparse_kernel_compiles(spec) -> None:
     if factory.__name__ == "sparse_paged_kernel":
         args = _args(spec)
         # Predicated 16-byte gathers: TileLang's, or on kv_evict_first builds every one through the L2-hinted copy.
-        hinted, plain = src.count("mate_cp16_evict_first((&"), src.count("tl::cp_async_gs_conditional<16>((&")
+        hinted, plain = src.count(f"{MARKER}((&"), src.count("tl::cp_async_gs_conditional<16>((&")
         assert (hinted > 0 and plain == 0) if args["kv_evict_first"] else (hinted == 0 and plain > 0)
         assert "mma_sync" in src
         assert "__launch_bounds__(" in src

@@ -206,6 +206,33 @@ the trigger, the second on the last CTAs' path before their flags. Moving the fi
 chain could win back at most its share, which would leave the flags at about the shipped time: the
 fence before the flags does what the grid's completion did. Decode 64 x 4 (one split, no merge,
 nothing armed) was also 1-2 us slower; the only change on its path is a barrier before the trigger.
+
+Not kept either (session 40, probe ``.devrun/s39_gsync.py``, kernel made by ``.devrun/s39_mkgsync.py``):
+the merge inside the paged grid after a barrier, so that no second grid is launched, placed or waited
+for. After its partial stores each CTA waited, then merged ``ceil(12 / S)`` of its row's Q heads, with
+every LSE and partial load issued before the first use. There were two barriers:
+``gsync``, ``T.sync_grid()`` under a cooperative launch, and ``rsync``, a counter per (row, KV head)
+(``atom.add.release.gpu``, then ``ld.acquire.gpu`` polls 40 ns apart), which waits only for the row's
+own ``S`` splits. Plain launches assume the whole grid is resident, which a library could not. Outputs
+and LSE were bitwise equal to this kernel's, eagerly and after a graph replay into poisoned buffers.
+Bounds, leaving ``out`` incomplete: ``paged`` (the paged kernel alone), ``gbar`` / ``rbar`` (a barrier and
+no merge). Expected before the run: 0.5-2 us off 64 x 1. Same process, three interleaved rounds,
+CUDA-graph medians after a read flush, us (a fast lease):
+
+=========  =========  ===========  ===========  ===========  ===========  ===========
+case       shipped    gsync        rsync        paged        gbar         rbar
+=========  =========  ===========  ===========  ===========  ===========  ===========
+64 x 1     75.9-76.3  84.5-86.3    77.3-77.7    72.0-72.2    74.9-75.3    73.0-73.5
+32 x 1     45.9-46.1  55.4-56.1    50.4-50.7    41.5-41.9    45.5-45.7    42.5-42.8
+8 x 1      22.8-23.2  35.1-36.2    34.6-34.8    18.5-18.8    21.1-21.8    19.9-20.6
+1 x 1      16.9-17.1  32.9-33.0    31.6-31.8    13.5-13.7    14.9-15.1    14.4-14.6
+=========  =========  ===========  ===========  ===========  ===========  ===========
+
+On 64 x 1 the cooperative grid barrier alone costs ~3 us (``gbar`` against ``paged``), and the merge
+after it ~10 us more. The row barrier alone costs ~1 us, but the merge after it costs 4.3 us more,
+against ~4.1 us for this kernel's whole grid (shipped against ``paged``). Inferred, not measured: merges
+that start while other rows still gather wait on a loaded memory system, as in sessions 10 and 20.
+The smaller batches (7, 25 and 32 splits) lose 4-16 us with either barrier.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.

@@ -502,7 +502,10 @@ case (lease)                        shipped                   evict-first K/V
   the merge grid now finds the partials in the L2 instead of DRAM.
 - The same hint on the one-split build took 0.2-1.6 us off 64 x 4. The launcher does not use it
   there: that build also serves prefill, whose neighbouring rows share K/V through the L2 (the
-  region sort exists for that); the hint was not timed on prefill.
+  region sort exists for that). Session 40 timed it there (probe ``.devrun/s39_onesplit.py``, the
+  full calls, outputs bitwise equal; same process, three rounds, us): uniform prefill 3083-3084
+  against 2283-2284 shipped, mixed 1279-1281 against 1259-1262, 90% overlap 1549-1550 against
+  1549-1551, 64 x 4 252.1-253.8 against 253.3-254.7. So the one-split build keeps the default policy.
 - Not kept: the FP32 partial stores with ``L2::evict_last`` besides (lease 1): 64 x 1
   78.40 / 78.51 / 78.21, the paged kernel alone 74.53 / 74.62 / 74.64: 0.6-1.3 us slower than
   evict-first alone.
