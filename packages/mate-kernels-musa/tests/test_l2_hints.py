@@ -11,17 +11,23 @@ CALLBACK = "tilelang_callback_cuda_postproc"
 COPY = "tl::cp_async_gs_conditional<16>((&(k_s[i])), (&(KF[o])), c);"
 
 
+def _clear(tvm_ffi) -> None:
+    if tvm_ffi.get_global_func(CALLBACK, allow_missing=True) is not None:
+        tvm_ffi.remove_global_func(CALLBACK)
+
+
 @pytest.fixture
 def tvm_ffi():
+    """TVM's FFI with no CUDA source callback registered; the one registered before comes back after."""
     pytest.importorskip("tilelang")  # puts its TVM on the path first
     import tvm_ffi
 
     saved = tvm_ffi.get_global_func(CALLBACK, allow_missing=True)
+    _clear(tvm_ffi)
     yield tvm_ffi
+    _clear(tvm_ffi)
     if saved is not None:
         tvm_ffi.register_global_func(CALLBACK, f=saved, override=True)
-    elif tvm_ffi.get_global_func(CALLBACK, allow_missing=True) is not None:
-        tvm_ffi.remove_global_func(CALLBACK)
 
 
 def test_rewrite_routes_every_gather_of_a_hinted_kernel() -> None:
@@ -43,8 +49,6 @@ def test_rewrite_refuses_a_hinted_kernel_without_gathers() -> None:
 
 
 def test_callback_is_installed_only_inside_the_block(tvm_ffi) -> None:
-    if tvm_ffi.get_global_func(CALLBACK, allow_missing=True) is not None:
-        tvm_ffi.remove_global_func(CALLBACK)
     with cuda_postproc(lambda code: code + "|mine"):
         assert tvm_ffi.get_global_func(CALLBACK)("src", None) == "src|mine"
     assert tvm_ffi.get_global_func(CALLBACK, allow_missing=True) is None
@@ -60,7 +64,5 @@ def test_callback_chains_and_restores_the_users_callback(tvm_ffi) -> None:
 
 
 def test_no_rewrite_installs_nothing(tvm_ffi) -> None:
-    if tvm_ffi.get_global_func(CALLBACK, allow_missing=True) is not None:
-        tvm_ffi.remove_global_func(CALLBACK)
     with cuda_postproc(None):
         assert tvm_ffi.get_global_func(CALLBACK, allow_missing=True) is None
