@@ -233,6 +233,31 @@ after it ~10 us more. The row barrier alone costs ~1 us, but the merge after it 
 against ~4.1 us for this kernel's whole grid (shipped against ``paged``). Inferred, not measured: merges
 that start while other rows still gather wait on a loaded memory system, as in sessions 10 and 20.
 The smaller batches (7, 25 and 32 splits) lose 4-16 us with either barrier.
+
+Session 41 (probe ``.devrun/s41_rsync.py``, kernel made by ``.devrun/s41_mkrsync.py``) tested two
+explanations of the 4.3 us. First, the gate: that build loaded each gate element between stores to
+``out``, which may alias it as far as the compiler knows, so the loads ran one round trip after another.
+Second, the residency that ``rsync`` assumed: a cooperative launch would guarantee it. So the gate
+sigmoids were taken before the row barrier, and ``crsync`` / ``crbar`` ran the same kernels under a
+cooperative launch (a ``T.sync_grid()`` behind a runtime condition that is never true marks the kernel;
+with 64 splits, 8192 CTAs, the launch failed with ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``, as it
+should). Outputs and LSE were bitwise equal, eagerly and after a graph replay into poisoned buffers.
+Expected before the run: ``rsync`` 1-2 us under shipped on 64 x 1. Same process, three interleaved
+rounds, CUDA-graph medians after a read flush, us (a lease ~1 us slower than session 40's):
+
+=========  ===========  ===========  ===========  ===========  ===========  ===========
+case       shipped      rsync        crsync       paged        rbar         crbar
+=========  ===========  ===========  ===========  ===========  ===========  ===========
+64 x 1     76.8-77.3    78.1-78.6    79.5-79.8    73.2-73.4    74.0-74.3    75.5-75.8
+32 x 1     46.5-46.7                 50.0-50.3    42.2-42.5
+8 x 1      22.9-24.0                 39.8-41.8    18.9-19.5
+1 x 1      17.1-17.2                 37.6-38.2    13.4-13.6
+=========  ===========  ===========  ===========  ===========  ===========  ===========
+
+The merge after the row barrier still costs 4.3 us (``rsync`` against ``rbar``), so the gate loads were
+not the cause. The cooperative launch costs another ~1.5 us by itself (``crbar`` against ``rbar``). An
+in-grid merge that a library could ship (cooperative, or with some other guarantee that a row's splits
+run together) is 2.5-3 us slower than this kernel on 64 x 1.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
