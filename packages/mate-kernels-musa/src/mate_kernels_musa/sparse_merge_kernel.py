@@ -257,7 +257,7 @@ case       shipped      rsync        crsync       paged        rbar         crba
 The merge after the row barrier still costs 4.3 us (``rsync`` against ``rbar``), so the gate loads were
 not the cause. The cooperative launch costs another ~1.5 us by itself (``crbar`` against ``rbar``). An
 in-grid merge that a library could ship (cooperative, or with some other guarantee that a row's splits
-run together) is 2.5-3 us slower than this kernel on 64 x 1.
+run together) is 2.2-3.0 us slower than this kernel on 64 x 1 (``crsync``).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
