@@ -22,10 +22,14 @@ UNION_ROWS_PER_CTA = (2, 5, 8)  # test_sparse_union_native.ROWS_PER_CTA besides 
 ELEMENT_DECODE = (("bfloat16", 8), ("float16", 64))  # test_decode_unaligned_cache_element_path
 
 
+def compile_args(factory, consts: tuple) -> dict:
+    """A kernel factory's compile-time arguments ``consts`` by parameter name."""
+    return dict(zip(inspect.signature(factory).parameters, consts))
+
+
 def without_l2_hint(factory, consts: tuple) -> tuple:
-    """The paged kernel's compile-time arguments ``consts`` with ``kv_evict_first`` off (found by name)."""
-    i = list(inspect.signature(factory).parameters).index("kv_evict_first")
-    return (*consts[:i], False, *consts[i + 1 :])
+    """The paged kernel's compile-time arguments ``consts`` with ``kv_evict_first`` off."""
+    return tuple({**compile_args(factory, consts), "kv_evict_first": False}.values())
 
 
 def gpu_test_specializations() -> list:

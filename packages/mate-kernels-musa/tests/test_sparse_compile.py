@@ -6,17 +6,18 @@ edges: groups 1 and 16 and the tensor-parallel shard group 3 (BF16; group 3 also
 The physical path (``selected_kv_indices``) is a runtime row mode of the same kernels. Source checks pin the
 properties the design relies on: 16-byte predicated ``cp.async`` gathers (masked slots
 are zero-filled, never read; on split builds all with the L2 evict-first policy), m16n8k16
-MMA, and a register cap from ``min_blocks``; with the feature-split QK (``split_qk``, the launcher's tile) Q is read from shared memory once per CTA, or
-on one-split builds (``q_regs``) loaded straight into the QK fragments, and the warps' partial
-scores are exchanged through the inline stores of ``_sparse_qk``; the eager
+MMA, and a register cap from ``min_blocks``; with the feature-split QK (``split_qk``, the
+launcher's tile) Q is read from shared memory once per CTA, or on one-split builds (``q_regs``)
+loaded straight into the QK fragments, and the warps' partial scores are exchanged through the
+inline stores of ``_sparse_qk``; the eager
 chunk resolution has no runtime division by the page size, and the epilogues one per row.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
 
+import mate_kernels_musa_tests_gpu_specializations as gpu_specs  # registered by conftest.py
 import pytest
 
 from mate_kernels_musa._l2_hints import MARKER
@@ -42,8 +43,7 @@ def _specs():
 
 def _args(spec) -> dict:
     """The factory's compile-time arguments by name."""
-    factory, consts = spec
-    return dict(zip(inspect.signature(factory).parameters, consts))
+    return gpu_specs.compile_args(*spec)
 
 
 def _id(spec) -> str:

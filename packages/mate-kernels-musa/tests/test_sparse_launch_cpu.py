@@ -11,9 +11,9 @@ path's split of row groups between its kernels, and views are thereby checked ag
 
 from __future__ import annotations
 
-import inspect
 import math
 
+import mate_kernels_musa_tests_gpu_specializations as gpu_specs  # registered by conftest.py
 import mate_kernels_musa_tests_sparse_cases as cases  # registered by conftest.py
 import pytest
 import torch
@@ -655,7 +655,7 @@ def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_spli
 
     def record(factory, profile, *consts):
         if factory.__name__ == "sparse_paged_kernel":  # its compile-time arguments, by name
-            built.append(dict(zip(inspect.signature(factory).parameters, consts)))
+            built.append(gpu_specs.compile_args(factory, consts))
         return emulate(factory, profile, *consts)
 
     monkeypatch.setattr(sparse_launch, "build", record)
