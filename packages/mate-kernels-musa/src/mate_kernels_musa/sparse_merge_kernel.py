@@ -41,6 +41,49 @@ clusters along the split axis, gave bitwise-equal outputs. Decode 64 x 1 took 99
 with clusters of 4, against 73.3-73.6. So no merge inside a cluster of four can pay for its
 placement.
 
+Session 42 found why clusters of four cost that much, and measured clusters of two and three.
+``cudaOccupancyMaxActiveClusters`` for a kernel of the paged kernel's shape (probe ``.devrun/s42_occ.cu``:
+128 threads, 52 KB of shared memory, four CTAs per SM) on the H200:
+
+* alone, 528 CTAs at once;
+* clusters of 2: 264 clusters (528 CTAs);
+* clusters of 3: 163 clusters (489 CTAs);
+* clusters of 4: 124 clusters (496 CTAs);
+* clusters of 8: 62 clusters (496 CTAs);
+* clusters of 16: 28 clusters (448 CTAs).
+
+So with clusters of four, 16 of the 512 CTAs of four splits wait for a second round. Probe
+``.devrun/s42_cl.py`` (kernel copies made by ``.devrun/s42_mkcl.py``) timed the paged kernel alone (no
+merge grid). ``+ barrier`` adds a cluster barrier as each CTA's last statement, which a merge through
+distributed shared memory would need; ``- stores`` also skips the FP32 partial stores. That is the bound
+of such a merge before its own work. Every cluster launch that stores its partials, merged by this kernel,
+gave outputs bitwise equal to the shipped call's. Same process, three interleaved rounds, CUDA-graph medians after a
+read flush, us:
+
+=================  ===========  ===========  ===========  ===================
+splits             no cluster   clusters     + barrier    + barrier, - stores
+=================  ===========  ===========  ===========  ===================
+4                  73.4-73.5    74.7-74.9    75.1-75.4
+                                (of 2)       (of 2)
+4                                            94.6-94.9
+                                             (of 4)
+3                  73.6-73.8    82.1-82.2    82.6-82.9    80.2-80.4
+                                (of 3)       (of 3)       (of 3)
+=================  ===========  ===========  ===========  ===================
+
+For comparison, the shipped call with this merge grid took 77.3-77.4 at four splits and 77.5-77.7 at
+three. Without the partial stores the paged kernel alone took 72.4-72.5 at four splits and 72.4-72.8 at
+three.
+
+Clusters of three fit in one round and still cost 8.3-8.6 us. Inferred, not measured: the cluster
+scheduler packs them onto fewer SMs than the plain launch, which spreads 384 CTAs at about three per SM.
+So no cluster shape leaves room for an in-cluster merge:
+
+* clusters of two only pair the splits, so the merge grid stays, and their placement costs ~1.3 us;
+* clusters of three already cost more than the whole merge grid (80.2-80.4 with no partial stores,
+  against the shipped 77.5-77.7 for the call);
+* clusters of four need a second round.
+
 Not kept either (H200, session 10, probe ``.devrun/s10_fmerge.py``): no merge kernel, the last split
 of a (row, KV head) to finish merging the partials itself. Each split stores its partial, then
 ``__threadfence`` and an atomic increment of a per-(row, KV head) counter; the split that
