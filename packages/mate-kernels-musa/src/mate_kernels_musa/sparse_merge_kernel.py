@@ -84,6 +84,62 @@ So no cluster shape leaves room for an in-cluster merge:
   against the shipped 77.5-77.7 for the call);
 * clusters of four need a second round.
 
+The four splits as four groups of one CTA (session 42, probe ``.devrun/s42_gp.py``, source rewrite
+``.devrun/s42_grp.py``; a probe, not shipped). The split build's generated CUDA source was rewritten so
+that one 512-thread CTA per (row, KV head) runs the four splits as four independent 128-thread groups.
+Each group has its own shared memory, its own barrier ids (``bar.sync 1 + group, 128`` for TileLang's
+``__syncthreads``; ids of their own for its ``AllReduce`` barriers, whose workspace index is the raw
+``threadIdx.x``) and split ``4 * blockIdx.z + group``. The probe launches the cubin through the driver
+API, because TileLang's host code fixes the launch at 128 threads and one CTA per split. So each SM
+still runs four 128-thread chains, as with four CTAs. With ``gmrg``, each group writes its normalized
+partial output and LSE into its own shared memory. After one CTA barrier the CTA merges them as this
+kernel does and writes ``out`` and ``lse``, so there are no FP32 partial stores and no merge grid.
+Outputs and LSE were bitwise equal to the shipped call, eagerly and after a graph replay into
+NaN-poisoned buffers, on two input sets. 128 registers; 20 bytes of spill (none as shipped). Decode
+64 x 1, same process, three interleaved rounds, CUDA-graph medians after a read flush, us, two leases
+(the shipped call 76.1-76.3 and 76.1-76.7):
+
+=========================================================  ===========  ===========
+variant                                                    lease A      lease B
+=========================================================  ===========  ===========
+shipped call (paged grid + this merge grid)                76.11-76.32  76.08-76.72
+groups, global partials + this merge grid                  76.86-77.33  76.86-77.38
+shipped paged grid alone (no merge)                        72.13-72.80  72.83-73.36
+groups, global partials, alone (no merge)                  72.86-73.09  72.98-72.99
+groups, partials in shared memory, CTA barrier, no merge   72.34-72.91  72.51-72.88
+merge per element (4 ``expf`` each), no gate               75.62-76.02
+merge per element, gate sigmoid per element                76.88-76.96
+weights once per head (``fast``)                           74.53-75.01  74.72-74.91
+``fast``, per-head gate by the shortest split's group                   74.19-74.69
+=========================================================  ===========  ===========
+
+* The merge is worth doing once per head, not once per element: with the split weights, their sum, the
+  LSE and the gate sigmoid taken for every one of a thread's six elements, the ``exp`` work alone
+  (75.5-75.8 us without the ``out`` stores) cost nearly as much as the merge grid.
+* ``fast``: threads 0-11 take each head's weights, sum and LSE after the CTA barrier, a second barrier,
+  then every thread sums its six elements' four partials and stores them.
+* A per-head gate (the launcher's expanded ``[rows, Hq]`` gate) loaded after the barrier put one DRAM
+  round trip on the path. The group of the last split, whose 14 blocks end ~6 us before the others' 17,
+  took the sigmoids before the CTA barrier: another 0.2-0.5 us.
+* Loading each thread's six gate values into registers before the barrier cost ~10 us (86.2-86.5 on a
+  third lease, the shipped call 75.9-76.2), with 36 bytes of spill against 20 (not profiled further).
+
+So ``fast`` with the per-head gate taken early is 1.6-2.0 us under the shipped call in each round. That
+is 74.2-74.7 us, about 1.16-1.17x of the ~64.0 us floor of recent suite runs (this probe did not measure
+the copy rate). It is the first merge measured that is faster than this kernel's grid. The groups
+themselves cost 0-0.7 us over four CTAs (the shipped grid alone against the groups alone).
+
+Not shipped yet. The paged kernel as written cannot run this way: TileLang lays its fragments out over the
+CTA's threads, its generated ``__syncthreads`` and reduction workspaces are per CTA, and its host code
+launches the ``T.Kernel`` shape. Two ways to ship it, neither tried yet:
+
+* a kernel written for ``threads=[128, 4]`` (fragments on ``threadIdx.x``, the group on ``threadIdx.y``,
+  shared buffers with a group axis), with the barrier and workspace rewrite as a build-scoped CUDA
+  source callback (``_build.cuda_postproc``);
+* or a host launch of its own for the rewritten source.
+
+The rows without a merge leave ``out`` incomplete and are timing bounds only.
+
 Not kept either (H200, session 10, probe ``.devrun/s10_fmerge.py``): no merge kernel, the last split
 of a (row, KV head) to finish merging the partials itself. Each split stores its partial, then
 ``__threadfence`` and an atomic increment of a per-(row, KV head) counter; the split that
