@@ -244,6 +244,7 @@ def _native_plan(kw: dict[str, Any]):
 
 def _sweep(plan, ref_out: torch.Tensor, reps: int, splits_list: tuple[int, ...]) -> list[dict[str, Any]]:
     """Time every (tile, splits); each result also carries its error against the PyTorch path."""
+    from mate_kernels_musa.sparse_groups import GROUPS
     from mate_kernels_musa.sparse_launch import sparse_attention
     from mate_kernels_musa.sparse_schedule import CANDIDATES, TILES, Schedule
 
@@ -251,6 +252,8 @@ def _sweep(plan, ref_out: torch.Tensor, reps: int, splits_list: tuple[int, ...])
     # Every tile, plus the production tile with one gather pipeline per chunk instead of per split.
     scheds = [Schedule(tile, splits) for tile in [*TILES.values(), *CANDIDATES.values()] for splits in splits_list]
     scheds += [Schedule(tile, splits, one_pipe=False) for tile in TILES.values() for splits in splits_list]
+    # The four splits also as the thread groups of one CTA (sparse_groups; what num_splits=None picks there).
+    scheds += [Schedule(tile, GROUPS, groups=GROUPS) for tile in TILES.values() if GROUPS in splits_list]
     for sched in scheds:
         plan.out.fill_(float("nan"))
         sparse_attention(plan, sched)

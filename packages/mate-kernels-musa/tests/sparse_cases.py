@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 DIM = 256
-SPLITS = (None, 1, 2, 7, 64)
+SPLITS = (None, 1, 2, 4, 7, 64)
 
 
 @dataclass

@@ -46,6 +46,18 @@ def _args(spec) -> dict:
     return gpu_specs.compile_args(*spec)
 
 
+def _check_group_source(src: str, groups: int, threads: int) -> None:
+    """The group build runs the split kernel in each of ``groups`` thread groups and merges in the CTA."""
+    assert f"__launch_bounds__({groups * threads}, 1) main_kernel(" in src
+    # Every thread and split index is the group's; every barrier but the merge's two is the group's own.
+    assert "((int)threadIdx.x)" not in src.replace(f"(((int)threadIdx.x) % {threads})", "")
+    assert "__syncthreads()" not in src and src.count("bar.sync 0;") == 2
+    assert "tl::NamedBarrier" not in src and "MateGroupBarrier>::run(" in src
+    # The partials stay in shared memory: no global partial store, one merge writing OUT and LSE.
+    assert "(OP + " not in src and "LP[" not in src.replace("mg_lp[", "")
+    assert "mg_wt[" in src and "LSE[(int64_t)mg_r" in src and "OUT[(int64_t)mg_r" in src
+
+
 def _id(spec) -> str:
     factory, consts = spec
     return f"{factory.__name__}-" + "-".join(str(c) for c in consts)
@@ -83,7 +95,10 @@ def test_sparse_kernel_compiles(spec) -> None:
         assert src.count("/ l_i[") == 1
         # The direct epilogue's whole-sector path: 16-byte stores of staged rows through the flat view.
         assert "*(uint4*)(OUTF + " in src
-        # A per-head gate is taken once per CTA into gate_s (written once, read by the epilogue's products).
-        assert src.count("gate_s[((int)threadIdx.x)] =") == 1 and re.search(r"\* gate_s\[|gate_s\[[^]]*\], gate_s", src)
+        if args.get("groups", 1) > 1:  # the group build (sparse_groups): the rewritten split kernel
+            _check_group_source(src, args["groups"], args["threads"])
+        else:  # a per-head gate is taken once per CTA into gate_s (written once, read by the epilogue's products)
+            tid = "((int)threadIdx.x)"
+            assert src.count(f"gate_s[{tid}] =") == 1 and re.search(r"\* gate_s\[|gate_s\[[^]]*\], gate_s", src)
     else:
         assert "expf" in src  # merge weights and sigmoid in FP32

@@ -71,7 +71,7 @@ def _fast_divmod(page_size, magic, shift):
 
 
 def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager, gate_dtype,
-                   split_qk, q_regs=False, kv_evict_first=False):  # fmt: skip
+                   split_qk, q_regs=False, kv_evict_first=False, groups=1):  # fmt: skip
     def run(Q, KF, VF, TI, BT, OP, LP, GATE, OUT, OUTF, LSE, UNU, CU, R3, SLQ, SLK, QP, mode, q_len, n_iter, cap,
             has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs, vh, scale, splits, direct,
             has_gate, has_lse, u_rows, max_nu, one_pipe, ps_magic, ps_shift, out_vec, of0, of1):  # fmt: skip
@@ -83,6 +83,9 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
             OP = torch.empty(1, rows, hq, dim)
             LP = torch.empty(1, rows, hq)
         assert OP.shape == (splits, rows, hq, dim)
+        if groups > 1:  # the CTA merges its splits (sparse_groups): OP/LP are not touched, OUT/LSE written
+            assert splits == groups and not direct and not out_vec
+            OP, LP = torch.empty(OP.shape), torch.empty(LP.shape)
         n_tok, n_req, max_pages = TI.shape[1], BT.shape[0], BT.shape[1]
         n_blk = -(-n_tok // block_n)
         per = -(-n_blk // splits)
@@ -116,6 +119,8 @@ def _emulate_paged(group, dtype, block_n, threads, chunk_blocks, num_stages, min
                     lse = torch.logsumexp(sc, dim=1)
                     OP[s, r, heads] = (torch.exp(sc - lse[:, None]) @ torch.stack(vals)).float()
                     LP[s, r, heads] = lse.float()
+        if groups > 1:
+            _emulate_merge(dtype, gate_dtype, threads)(OP, LP, GATE, OUT, LSE, has_gate, has_lse)
         if direct:
             out0, lse0 = OUT.clone(), LSE.clone()
             # With out_vec the kernel stores through OUTF (16-byte rows at the launcher's strides).
@@ -646,16 +651,18 @@ def test_page_divisor_rejects_out_of_range(bad: int) -> None:
         page_divisor(bad)
 
 
-@pytest.mark.parametrize("num_splits", [1, 3, None])
+@pytest.mark.parametrize("num_splits", [1, 3, 4, None])
 def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_splits, gen) -> None:
     """The paged kernel's ``q_regs`` build (Q straight into the QK fragments) serves one-split schedules only,
-    its ``kv_evict_first`` build (K/V gathers with an L2 evict-first policy) split schedules only."""
-    built = []
+    its ``kv_evict_first`` build (K/V gathers with an L2 evict-first policy) split schedules only, its group
+    build (``sparse_groups``: the CTA merges, no merge kernel) four-split schedules only."""
+    built, merges = [], []
     emulate = sparse_launch.build
 
     def record(factory, profile, *consts):
         if factory.__name__ == "sparse_paged_kernel":  # its compile-time arguments, by name
             built.append(gpu_specs.compile_args(factory, consts))
+        merges.extend([True] if factory.__name__ == "sparse_merge_kernel" else [])
         return emulate(factory, profile, *consts)
 
     monkeypatch.setattr(sparse_launch, "build", record)
@@ -664,3 +671,5 @@ def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_spli
     splits = sparse_launch.schedule_for(plan_sparse_attention(**case.kwargs, backend="reference")).splits
     assert [c["q_regs"] for c in built] == [splits == 1]
     assert [c["kv_evict_first"] for c in built] == [splits > 1]
+    assert [c.get("groups", 1) for c in built] == [4 if splits == 4 else 1]
+    assert merges == ([] if splits in (1, 4) else [True])

@@ -52,6 +52,20 @@ def test_fp16(num_splits, gen: torch.Generator) -> None:
     _run_case(cases.random_case(gen, max_rows=48, max_width=400, dtype=torch.float16, num_splits=num_splits))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_groups(dtype: torch.dtype, gen: torch.Generator) -> None:
+    """64 one-row requests over full 2051-slot selections: the decode schedule's four splits run as the
+    thread groups of one CTA and merge there (``sparse_groups``, no merge kernel), with whatever gate,
+    LSE and output view each draw brings."""
+    from mate_kernels_musa import sparse_launch
+
+    for _ in range(3):
+        case = cases.random_case(gen, max_rows=64, max_width=2051, width=2051, canonical=True, row_counts=[1] * 64,
+                                 query_kind="cu", num_splits=None, dtype=dtype)  # fmt: skip
+        native = _run_case(case)
+        assert sparse_launch.schedule_for(native).groups == 4
+
+
 @pytest.mark.parametrize("spread", [8.0, 30.0])
 def test_running_max_updates(spread: float, gen: torch.Generator) -> None:
     """Peaked softmax: the query scaled so a row's scores span tens of log2 units, so its running
@@ -77,7 +91,7 @@ def test_many_requests_with_empty_ones(n_req: int, gen: torch.Generator) -> None
                                     query_kind=query_kind))  # fmt: skip
 
 
-@pytest.mark.parametrize("schedule", ["decode", "one split", "7 splits", "prefill union"])
+@pytest.mark.parametrize("schedule", ["decode", "one split", "4 splits (groups)", "7 splits", "prefill union"])
 def test_rows_outside_cu_seqlens_are_padded(schedule: str, gen: torch.Generator, monkeypatch) -> None:
     """Request ``b`` owns rows ``cu[b]:cu[b+1]``: rows before ``cu[0]`` and from ``cu[R]`` on belong
     to no request and come out as padded rows (zeros, LSE -inf), whatever their ids select; in
@@ -91,7 +105,7 @@ def test_rows_outside_cu_seqlens_are_padded(schedule: str, gen: torch.Generator,
         case = cases.random_case(gen, max_rows=400, max_width=300, query_kind="cu", num_splits=None, lse="return",
                                  row_counts=[150, 160], canonical=True)  # fmt: skip
     else:
-        splits = {"decode": None, "one split": 1, "7 splits": 7}[schedule]
+        splits = {"decode": None, "one split": 1, "4 splits (groups)": 4, "7 splits": 7}[schedule]
         case = cases.random_case(gen, max_rows=40, max_width=300, query_kind="cu", num_splits=splits, lse="return")
     kw, lead, trail = case.drop_out_view().kwargs, 3, 2
     for name in ("query", "token_indices", "gate", "query_positions"):

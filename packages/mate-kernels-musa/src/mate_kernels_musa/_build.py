@@ -8,7 +8,8 @@ a config verified on one toolchain is not passed to another. A ``cuda_postproc``
 (generated CUDA source -> source) rewrites the factory's kernels on CUDA profiles: it is
 TileLang's global ``tilelang_callback_cuda_postproc`` only while :func:`build` compiles
 (chained after any callback already registered, which is restored afterwards), and must return
-sources it does not recognize unchanged. :func:`build` compiles one
+sources it does not recognize unchanged. A factory may build other kernels for the same profile
+(:func:`current_profile`). :func:`build` compiles one
 specialization for one target profile and caches it for the process;
 TileLang's on-disk cache (``TILELANG_CACHE_DIR``) persists it across processes.
 
@@ -43,6 +44,7 @@ logger = logging.getLogger("mate_kernels_musa")
 
 _CUDA_POSTPROC = "tilelang_callback_cuda_postproc"
 _postproc_lock = threading.Lock()
+_building = threading.local()  # the profile whose factory call is running (current_profile)
 
 
 @functools.cache
@@ -90,6 +92,21 @@ def cuda_postproc(rewrite: Callable[[str], str] | None) -> Iterator[None]:
                 tvm_ffi.remove_global_func(_CUDA_POSTPROC)
 
 
+def current_profile() -> str:
+    """The target profile of the :func:`build` whose factory is running (a factory that builds another
+    kernel for its own, such as the group shell of :mod:`.sparse_groups`, builds it for this profile).
+
+    Raises
+    ------
+    RuntimeError
+        Called outside a factory that :func:`build` runs.
+    """
+    profile = getattr(_building, "profile", None)
+    if profile is None:
+        raise RuntimeError("current_profile() is only defined while build() runs a kernel factory")
+    return profile
+
+
 @functools.cache
 def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     """Compile ``factory(*consts)`` for the named target profile (cached)."""
@@ -99,7 +116,12 @@ def build(factory: Callable[..., Any], profile: str, *consts: Any) -> Any:
     name = f"{factory.__name__}{consts}"
     logger.info("building %s for %s (first use in this process)", name, profile)
     start = time.perf_counter()
-    func = factory(*consts)
+    outer = getattr(_building, "profile", None)
+    _building.profile = profile
+    try:
+        func = factory(*consts)
+    finally:
+        _building.profile = outer
     configs = pass_configs(factory, profile)
     rewrite = getattr(factory, "cuda_postproc", None) if prof.device_type == "cuda" else None
     with cuda_postproc(rewrite):

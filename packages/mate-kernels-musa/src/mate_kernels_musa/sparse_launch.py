@@ -61,6 +61,7 @@ from mate_core.plans import SparseAttentionPlan
 from . import sparse_merge_kernel, sparse_paged_kernel
 from ._build import build, profile_name
 from ._sparse_macros import page_divisor, row_mode
+from .sparse_groups import GROUPS
 from .sparse_schedule import CANDIDATES, TILES, UNION_MAX_FILL, UNION_MIN_ROWS_PER_REQUEST, Schedule, choose_schedule
 from .sparse_union_fused_kernel import UNMEASURED
 
@@ -176,18 +177,26 @@ def schedule_for(plan: SparseAttentionPlan) -> Schedule:
 
 
 def paged_consts(
-    group: int, dtype: str, tile_name: str, wide: bool = False, gate_dtype: str = "float32", direct: bool = False
+    group: int,
+    dtype: str,
+    tile_name: str,
+    wide: bool = False,
+    gate_dtype: str = "float32",
+    direct: bool = False,
+    groups: int = 1,
 ) -> tuple[Any, ...]:
     """Compile-time arguments of ``sparse_paged_kernel`` for one specialization.
 
     ``direct`` (a one-split schedule) selects, on split-QK tiles, the build that loads Q straight into
     the QK fragments (``q_regs``: faster with one split, slower on split decode); on tiles with
     ``kv_evict_first``, a split schedule (not ``direct``) gets the build whose K/V gathers carry
-    the L2 evict-first policy.
+    the L2 evict-first policy. ``groups > 1`` (a split schedule) selects the group build of
+    :mod:`.sparse_groups`.
     """
     t = TILES.get(tile_name) or CANDIDATES[tile_name]
-    return (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,
-            gate_dtype, t.split_qk, direct and t.split_qk, t.kv_evict_first and not direct)  # fmt: skip
+    consts = (group, dtype, t.block_n, t.threads, t.chunk_blocks, t.num_stages, t.min_blocks, wide, t.pdl, t.eager,
+              gate_dtype, t.split_qk, direct and t.split_qk, t.kv_evict_first and not direct)  # fmt: skip
+    return (*consts, groups) if groups > 1 and not direct else consts
 
 
 def specializations(
@@ -200,12 +209,13 @@ def specializations(
 
     Paged kernel: group x dtype x tile x offset width x gate dtype (float32 or the data
     dtype, read by its one-split epilogue) x one split or several (split-QK tiles load Q
-    differently, :func:`paged_consts`); merge kernel: dtype x gate dtype.
+    differently, :func:`paged_consts`) or, on the launcher's tiles, the group build
+    (:mod:`.sparse_groups`); merge kernel: dtype x gate dtype.
     """
     paged = list(dict.fromkeys(
-        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w, gd, direct))
+        (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w, gd, direct, n))
         for g in groups for d in dtypes for name in tiles for w in wide for gd in ("float32", d)
-        for direct in (False, True)
+        for direct, n in ((False, 1), (True, 1), *(((False, GROUPS),) if name in TILES else ()))
     ))  # fmt: skip
     pdl = sorted({(TILES.get(name) or CANDIDATES[name]).pdl for name in tiles})
     merge = [
@@ -362,8 +372,10 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     dtype = _DTYPES[q.dtype]
     gate, has_gate, gate_dtype = _gate_view(plan)
     direct = sched.splits == 1  # the paged kernel's epilogue writes out/lse: no partials, no merge
+    # With groups (sparse_groups) the CTA merges its splits and writes out/lse: no merge grid either.
+    merged = direct or sched.groups > 1
     main = build(sparse_paged_kernel.sparse_paged_kernel, profile,
-                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype, direct))  # fmt: skip
+                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype, direct, sched.groups))  # fmt: skip
     lse = plan.lse
     has_lse = int(lse is not None)
     if lse is None:
@@ -410,6 +422,6 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
              *row_args, pages, page_size, hkv, kp, ks, kh, vp, vs, vh,
              float(plan.scale), sched.splits, int(direct), has_gate, has_lse, u_rows, max_nu, int(sched.one_pipe),
              *page_divisor(page_size), out_vec, of0, of1)  # fmt: skip
-        if not direct:
+        if not merged:
             merge = build(sparse_merge_kernel.sparse_merge_kernel, profile, dtype, gate_dtype, MERGE_THREADS, tile.pdl)
             merge(part_o, part_l, gate, plan.out, lse, has_gate, has_lse)

@@ -551,6 +551,7 @@ from ._sparse_macros import (
     slot_rule,
 )
 from ._sparse_qk import PARTIAL_IO, FeatureSplitQK
+from .sparse_groups import prepare_shell, replace_shell, sum_f32
 
 __all__ = ["HEAD_TILE", "DIM", "sparse_paged_kernel"]
 
@@ -577,6 +578,7 @@ def sparse_paged_kernel(
     split_qk: bool = False,
     q_regs: bool = False,
     kv_evict_first: bool = False,
+    groups: int = 1,
 ) -> Any:
     """Build the prim_func of one specialization.
 
@@ -622,6 +624,11 @@ def sparse_paged_kernel(
         ``pdl``), so the gathered stream does not evict what the call reads again (the partials,
         the shared metadata lines). The launcher builds it for split schedules only: one-split
         prefill rows share K/V through the L2.
+    groups : int
+        ``> 1``: the group build of :mod:`.sparse_groups` (split builds only, ``splits == groups``): one CTA
+        of ``groups * threads`` threads per (row, KV head) runs its splits as independent groups and merges
+        them, writing OUT/LSE (OP/LP are not touched). The prim_func is then a shell whose generated source
+        is replaced by the rewritten split build (the same arguments).
 
     Kernel arguments
     ----------------
@@ -796,6 +803,19 @@ def sparse_paged_kernel(
             if g < G:
                 LP[s, row0, hk * G + g] = lse_of(l_i, m_i, g)
 
+    shell_src, shell_dyn = "", 0
+    if groups > 1:
+        if q_regs:
+            raise ValueError("the group build runs split builds: it takes q_regs=False")
+        split_consts = (group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager,
+                        gate_dtype, split_qk, q_regs, kv_evict_first)  # fmt: skip
+        shell_src, shell_dyn = prepare_shell(sparse_paged_kernel, split_consts, groups=groups, group=G, dim=D,
+                                             dtype=dtype)  # fmt: skip
+
+    @T.macro
+    def name_divisor(pool, magic, shift):
+        pool[1] = T.cast(magic, acc) + T.cast(shift, acc)
+
     @T.prim_func
     def main(
         Q: T.StridedTensor([rows, hq, D], sq, dtype),
@@ -845,143 +865,176 @@ def sparse_paged_kernel(
         of0: T.int64,
         of1: T.int64,
     ):
-        with T.Kernel(rows, hkv, splits, threads=threads) as (r, hk, s):
-            if min_blocks > 1:
-                T.annotate_min_blocks_per_sm(min_blocks)
-            if pdl:
-                # Trigger only (no griddepcontrol.wait here: that would also drop the
-                # __restrict__ read-only loads); the merge waits for this grid's completion.
-                T.pdl_trigger()
-            q_s = T.alloc_shared([H, D], dtype)
-            k_s = T.alloc_shared([BN, D], dtype)
-            v_s = T.alloc_shared([BN, D], dtype)
-            p_s = T.alloc_shared([H, BN], dtype)
-            # Plain (static) shared memory: the dynamic pool would put a barrier before every copy.
-            koff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
-            voff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
-            gate_s = T.alloc_shared([H], acc, scope="shared")  # sigmoids of a per-head gate (direct epilogue)
-
-            acc_s = T.alloc_fragment([H, BN], acc)
-            acc_o = T.alloc_fragment([H, D], acc)
-            m_i = T.alloc_fragment([H], acc)
-            m_prev = T.alloc_fragment([H], acc)
-            l_i = T.alloc_fragment([H], acc)
-            l_acc = T.alloc_fragment([H, BN], acc)  # per-thread shares of the row sums
-            alpha = T.alloc_fragment([H], acc)
-            p_tmp = flag_s = None
-            qk_bufs = ()
-            if split_qk or eager or kv_evict_first:
-                T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + UNSEEN_STORE_IO
-                                + (KV_EVICT_FIRST_IO if kv_evict_first else ""))  # fmt: skip
-            if split_qk:
-                # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
-                # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
-                qk_bufs = (T.alloc_local(qk.q_frag_shape, dtype), T.alloc_local(qk.frag_shape, dtype),
-                           T.alloc_local(qk.frag_shape, acc), T.alloc_shared(qk.red_shape, acc))  # fmt: skip
-                p_tmp = T.alloc_fragment([H, BN], acc)  # the flagged softmax's P
-                flag_s = T.alloc_shared([1], "int32", scope="shared")
-                scores = qk.score_layout([H, BN])
-                T.annotate_layout({q_s: make_swizzled_layout(q_s), k_s: make_swizzled_layout(k_s),
-                                   acc_s: scores, l_acc: scores, p_tmp: scores})  # fmt: skip
-
-            # This split's share of the row's BN-slot blocks: [blk0, blk1).
-            n_blk = T.ceildiv(n_tok, BN)
-            per = T.ceildiv(n_blk, splits)
-            blk0 = T.alloc_var("int32", init=s * per)
-            blk1 = T.alloc_var("int32", init=T.min(n_blk, s * per + per))
-            tok1 = T.alloc_var("int32", init=T.min(n_tok, blk1 * BN))
-            k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
-            v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
-            # Rows of a group the union kernel took (union size <= max_nu) are not touched here.
-            skip = T.alloc_var("int32", init=0)
-            if u_rows > 0:
-                if UNU[r // u_rows] <= max_nu:
-                    skip = 1
-                    # No token-id or Q reads either (a skipped CTA only resolves its row).
-                    tok1 = 0
-            if eager:
-                tx = T.get_thread_binding()
-                red_s = T.alloc_shared([threads // 32], "int32", scope="shared")
-                t_reg = T.alloc_local([PT], "int32")
-                pg_reg = T.alloc_local([PT], "int32")
-                # Token ids do not depend on the request: their loads overlap its resolution.
-                load_ids(t_reg, TI, r, blk0 * BN, tok1, tx)
-                req, lim = resolve_par(
-                    r, mode, q_len, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, tx, red_s
-                )
+        with T.Kernel(rows, hkv, T.ceildiv(splits, groups) if groups > 1 else splits, threads=threads * groups) as (
+            r,
+            hk,
+            s,
+        ):
+            if groups > 1:
+                # The group shell (.sparse_groups): the launch shape and the shared memory of the group
+                # kernel, and a body that names every argument the split build's kernel takes (never run:
+                # the generated source is replaced by the rewritten split kernel).
+                T.import_source(shell_src)
+                pool = T.alloc_shared([groups * shell_dyn // 4], acc)
+                if scale < -3.0e38:
+                    pool[0] = sum_f32(rows, hq, n_tok, n_req, max_pages, nk, nv, o_s, o_r, o_h, n_ug, n_of, n_cu, n_r3,
+                                      n_slq, n_slk, n_qp, *sq, *st, *sb, s_cu, s_slq, s_slk, s_qp, *sg, *so, *sl, mode,
+                                      q_len, cap, has_slq, has_slk, has_qp, pages, page_size, hkv, kp, ks, kh, vp, vs,
+                                      vh, scale, splits, direct, has_gate, has_lse, u_rows, max_nu, one_pipe, out_vec,
+                                      of0, of1, Q[0, 0, 0], KF[0, 0], VF[0, 0], TI[0, 0], BT[0, 0],
+                                       GATE[0, 0, 0], UNU[0], CU[0], R3[0, 0], SLQ[0], SLK[0], QP[0])  # fmt: skip
+                    # The page divisor through a macro, as in the split kernel: TileLang names the arguments
+                    # after the macro's parameters (magic, shift), and the shell's names must match.
+                    name_divisor(pool, ps_magic, ps_shift)
+                    OP[0, 0, 0, 0] = pool[0]
+                    LP[0, 0, 0] = pool[0]
+                    OUT[0, 0, 0] = T.cast(pool[0], dtype)
+                    OUTF[0, 0] = T.cast(pool[0], dtype)
+                    LSE[0, 0] = pool[0]
             else:
-                req, lim = resolve(r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp)
-            sl2 = scale * LOG2E
+                if min_blocks > 1:
+                    T.annotate_min_blocks_per_sm(min_blocks)
+                if pdl:
+                    # Trigger only (no griddepcontrol.wait here: that would also drop the
+                    # __restrict__ read-only loads); the merge waits for this grid's completion.
+                    T.pdl_trigger()
+                q_s = T.alloc_shared([H, D], dtype)
+                k_s = T.alloc_shared([BN, D], dtype)
+                v_s = T.alloc_shared([BN, D], dtype)
+                p_s = T.alloc_shared([H, BN], dtype)
+                # Plain (static) shared memory: the dynamic pool would put a barrier before every copy.
+                koff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
+                voff_s = T.alloc_shared([NBUF * CH], off_t, scope="shared")
+                gate_s = T.alloc_shared([H], acc, scope="shared")  # sigmoids of a per-head gate (direct epilogue)
 
-            if skip == 0:
-                # No per-element condition (head_of): the loads issue together. Padding rows'
-                # results are never stored; a skipped CTA computes nothing from Q.
-                if q_regs:
-                    # Straight into this warp's A fragments (qk.q_element): no q_s round trip and no
-                    # barrier, and nothing waits for the loads before the first QK.
-                    tq = T.get_thread_binding()
-                    for i in T.unroll(qk.q_frag_shape[0]):
-                        g, d = qk.q_element(tq, i)
-                        qk_bufs[0][i] = Q[r, head_of(hk, g), d]
+                acc_s = T.alloc_fragment([H, BN], acc)
+                acc_o = T.alloc_fragment([H, D], acc)
+                m_i = T.alloc_fragment([H], acc)
+                m_prev = T.alloc_fragment([H], acc)
+                l_i = T.alloc_fragment([H], acc)
+                l_acc = T.alloc_fragment([H, BN], acc)  # per-thread shares of the row sums
+                alpha = T.alloc_fragment([H], acc)
+                p_tmp = flag_s = None
+                qk_bufs = ()
+                if split_qk or eager or kv_evict_first:
+                    T.import_source((PARTIAL_IO + SOFTMAX_FLAG_IO if split_qk else "") + UNSEEN_STORE_IO
+                                    + (KV_EVICT_FIRST_IO if kv_evict_first else ""))  # fmt: skip
+                if split_qk:
+                    # (q_frag, b_frag, c_frag, s_red) of the split QK; q_s and k_s get the swizzle that
+                    # T.gemm would have inferred, the score tiles the T.gemm accumulator layout.
+                    qk_bufs = (T.alloc_local(qk.q_frag_shape, dtype), T.alloc_local(qk.frag_shape, dtype),
+                               T.alloc_local(qk.frag_shape, acc), T.alloc_shared(qk.red_shape, acc))  # fmt: skip
+                    p_tmp = T.alloc_fragment([H, BN], acc)  # the flagged softmax's P
+                    flag_s = T.alloc_shared([1], "int32", scope="shared")
+                    scores = qk.score_layout([H, BN])
+                    T.annotate_layout({q_s: make_swizzled_layout(q_s), k_s: make_swizzled_layout(k_s),
+                                       acc_s: scores, l_acc: scores, p_tmp: scores})  # fmt: skip
+
+                # This split's share of the row's BN-slot blocks: [blk0, blk1).
+                n_blk = T.ceildiv(n_tok, BN)
+                per = T.ceildiv(n_blk, splits)
+                blk0 = T.alloc_var("int32", init=s * per)
+                blk1 = T.alloc_var("int32", init=T.min(n_blk, s * per + per))
+                tok1 = T.alloc_var("int32", init=T.min(n_tok, blk1 * BN))
+                k_end = T.alloc_var(off_t, init=T.cast(nk, off_t))
+                v_end = T.alloc_var(off_t, init=T.cast(nv, off_t))
+                # Rows of a group the union kernel took (union size <= max_nu) are not touched here.
+                skip = T.alloc_var("int32", init=0)
+                if u_rows > 0:
+                    if UNU[r // u_rows] <= max_nu:
+                        skip = 1
+                        # No token-id or Q reads either (a skipped CTA only resolves its row).
+                        tok1 = 0
+                if eager:
+                    tx = T.get_thread_binding()
+                    red_s = T.alloc_shared([threads // 32], "int32", scope="shared")
+                    t_reg = T.alloc_local([PT], "int32")
+                    pg_reg = T.alloc_local([PT], "int32")
+                    # Token ids do not depend on the request: their loads overlap its resolution.
+                    load_ids(t_reg, TI, r, blk0 * BN, tok1, tx)
+                    req, lim = resolve_par(
+                        r, mode, q_len, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp, tx, red_s
+                    )
                 else:
-                    for g, d in T.Parallel(H, D):
-                        q_s[g, d] = Q[r, head_of(hk, g), d]
-                if direct != 0 and has_gate != 0 and sg[2] == 0:
-                    # A per-head gate (0 feature stride): one load and one sigmoid per head, here,
-                    # where its latency hides behind the CTA's first gathers, not 32 per thread in
-                    # the epilogue, where nothing else of the CTA is left to overlap it.
-                    for g in T.Parallel(H):
-                        gate_s[g] = sigmoid_gate(GATE[r, head_of(hk, g), 0])
-            if split_qk and not q_regs:
-                qk.load_q(qk_bufs[0], q_s)
-            T.fill(acc_o, 0)
-            T.fill(l_acc, 0)
-            T.fill(m_i, M_INIT)
+                    req, lim = resolve(
+                        r, mode, q_len, n_iter, n_req, cap, CU, R3, SLQ, SLK, QP, has_slq, has_slk, has_qp
+                    )
+                sl2 = scale * LOG2E
 
-            nb = T.max(blk1 - blk0, 0) * (1 - skip)
-            if eager and one_pipe != 0:
-                if nb > 0:
-                    resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh,
-                                  koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx, ps_magic, ps_shift)  # fmt: skip
-                T.sync_threads()  # chunk 0's offsets (stores the sync planner does not see) before the first gather
-                for k in T.Pipelined(nb, num_stages=num_stages):
-                    # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
-                    block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s,
-                               KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
-                    if k % chunk_blocks == 0 and k + chunk_blocks < nb:
-                        resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
-                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx,
-                                      ps_magic, ps_shift)  # fmt: skip
-            else:
-                for c in T.serial(T.ceildiv(nb, chunk_blocks)):
-                    cb = blk0 + c * chunk_blocks
-                    if eager:
-                        resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
-                                      kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx, ps_magic,
-                                      ps_shift)  # fmt: skip
-                        T.sync_threads()  # the chunk's offsets (unseen stores) before its gathers
+                if skip == 0:
+                    # No per-element condition (head_of): the loads issue together. Padding rows'
+                    # results are never stored; a skipped CTA computes nothing from Q.
+                    if q_regs:
+                        # Straight into this warp's A fragments (qk.q_element): no q_s round trip and no
+                        # barrier, and nothing waits for the loads before the first QK.
+                        tq = T.get_thread_binding()
+                        for i in T.unroll(qk.q_frag_shape[0]):
+                            g, d = qk.q_element(tq, i)
+                            qk_bufs[0][i] = Q[r, head_of(hk, g), d]
                     else:
-                        for j in T.Parallel(CH):
-                            tok = cb * BN + j
-                            t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
-                            put_slot(j, t, lim, req, hk, BT, pages, page_size,
-                                     kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
-                    for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
-                        block_step(k * BN, q_s, qk_bufs, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2,
-                                   acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
+                        for g, d in T.Parallel(H, D):
+                            q_s[g, d] = Q[r, head_of(hk, g), d]
+                    if direct != 0 and has_gate != 0 and sg[2] == 0:
+                        # A per-head gate (0 feature stride): one load and one sigmoid per head, here,
+                        # where its latency hides behind the CTA's first gathers, not 32 per thread in
+                        # the epilogue, where nothing else of the CTA is left to overlap it.
+                        for g in T.Parallel(H):
+                            gate_s[g] = sigmoid_gate(GATE[r, head_of(hk, g), 0])
+                if split_qk and not q_regs:
+                    qk.load_q(qk_bufs[0], q_s)
+                T.fill(acc_o, 0)
+                T.fill(l_acc, 0)
+                T.fill(m_i, M_INIT)
 
-            T.reduce_sum(l_acc, l_i, dim=1)
-            # One reciprocal per row for the epilogue (alpha is free after the last block).
-            for g in T.Parallel(H):
-                alpha[g] = T.if_then_else(l_i[g] > 0, 1 / l_i[g], 0)
-            if skip == 0:
-                if direct != 0:
-                    write_out(acc_o, l_i, alpha, m_i, gate_s, k_s, GATE, OUT, OUTF, LSE, r, hk, has_gate, has_lse, out_vec,
-                              of0, of1)  # fmt: skip
+                nb = T.max(blk1 - blk0, 0) * (1 - skip)
+                if eager and one_pipe != 0:
+                    if nb > 0:
+                        resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size, kp, ks, kh, vp, vs, vh,
+                                      koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx, ps_magic, ps_shift)  # fmt: skip
+                    T.sync_threads()  # chunk 0's offsets (stores the sync planner does not see) before the first gather
+                    for k in T.Pipelined(nb, num_stages=num_stages):
+                        # Block k of the split: chunk k // chunk_blocks, in buffer (k // chunk_blocks) % 2.
+                        block_step(((k // chunk_blocks) % 2) * CH + (k % chunk_blocks) * BN, q_s, qk_bufs, k_s, v_s, p_s,
+                                   KF, VF, koff_s, voff_s, k_end, sl2, acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
+                        if k % chunk_blocks == 0 and k + chunk_blocks < nb:
+                            resolve_chunk(k // chunk_blocks + 1, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
+                                          kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, blk0, tok1, TI, r, tx,
+                                          ps_magic, ps_shift)  # fmt: skip
                 else:
-                    write_partial(acc_o, l_i, alpha, m_i, OP, LP, s, r, hk)
+                    for c in T.serial(T.ceildiv(nb, chunk_blocks)):
+                        cb = blk0 + c * chunk_blocks
+                        if eager:
+                            resolve_chunk(0, t_reg, pg_reg, lim, req, hk, BT, pages, page_size,
+                                          kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end, cb, tok1, TI, r, tx, ps_magic,
+                                          ps_shift)  # fmt: skip
+                            T.sync_threads()  # the chunk's offsets (unseen stores) before its gathers
+                        else:
+                            for j in T.Parallel(CH):
+                                tok = cb * BN + j
+                                t = T.if_then_else(tok < tok1, TI[r, T.min(tok, n_tok - 1)], -1)
+                                put_slot(j, t, lim, req, hk, BT, pages, page_size,
+                                         kp, ks, kh, vp, vs, vh, koff_s, voff_s, k_end, v_end)  # fmt: skip
+                        for k in T.Pipelined(T.min(chunk_blocks, blk1 - cb), num_stages=num_stages):
+                            block_step(k * BN, q_s, qk_bufs, k_s, v_s, p_s, KF, VF, koff_s, voff_s, k_end, sl2,
+                                       acc_s, m_i, m_prev, alpha, l_acc, acc_o, p_tmp, flag_s)  # fmt: skip
+
+                T.reduce_sum(l_acc, l_i, dim=1)
+                # One reciprocal per row for the epilogue (alpha is free after the last block).
+                for g in T.Parallel(H):
+                    alpha[g] = T.if_then_else(l_i[g] > 0, 1 / l_i[g], 0)
+                if skip == 0:
+                    if direct != 0:
+                        write_out(acc_o, l_i, alpha, m_i, gate_s, k_s, GATE, OUT, OUTF, LSE, r, hk, has_gate, has_lse, out_vec,
+                                  of0, of1)  # fmt: skip
+                    else:
+                        write_partial(acc_o, l_i, alpha, m_i, OP, LP, s, r, hk)
 
     return main
 
 
-sparse_paged_kernel.cuda_postproc = hint_kv_copies  # type: ignore[attr-defined]  # kv_evict_first builds only
+def _postproc(code: str) -> str:
+    # kv_evict_first builds: the gather's cache hint; group shells: the rewritten split kernel.
+    return replace_shell(hint_kv_copies(code))
+
+
+sparse_paged_kernel.cuda_postproc = _postproc  # type: ignore[attr-defined]

@@ -355,6 +355,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .sparse_groups import GROUPS
 from .sparse_sort_kernel import SORT_CAP
 
 __all__ = [
@@ -394,11 +395,15 @@ class Schedule:
     # Order each row's token ids by context region before the paged kernel (sparse_sort_kernel):
     # the rows it computes, after the union path when that runs, else every row.
     sort: bool = False
+    # > 1: the splits of a (row, KV head) run as this many thread groups of one CTA and merge there
+    # (sparse_groups): no partials in global memory, no merge grid. Only with splits == groups.
+    groups: int = 1
 
     @property
     def label(self) -> str:
         return (f"{self.tile.name}/splits={self.splits}" + (f"/union={self.union_rows}" if self.union_rows else "")
-                + ("/sort" if self.sort else "") + ("" if self.one_pipe else "/per-chunk"))  # fmt: skip
+                + ("/sort" if self.sort else "") + ("" if self.one_pipe else "/per-chunk")
+                + (f"/groups={self.groups}" if self.groups > 1 else ""))  # fmt: skip
 
 
 W4 = Tile("w4", block_n=32, threads=128, chunk_blocks=16, num_stages=1, min_blocks=4, pdl=True, eager=True,
@@ -435,9 +440,14 @@ def choose_schedule(rows: int, hkv: int, n_tok: int, num_splits: int, sms: int, 
     """
     work = max(rows * hkv, 1)
     if num_splits > 0:
-        return Schedule(W4, num_splits)
+        return _split(num_splits)
     if work >= PREFILL_MIN_WAVES * sms:
         return Schedule(W4, 1, UNION_ROWS if union and n_tok <= UNION_MAX_WIDTH else 0, sort=n_tok <= SORT_CAP)
     wanted = -(-DECODE_TARGET_WAVES * sms // work)
     cap = max(1, n_tok // MIN_SLOTS_PER_SPLIT)
-    return Schedule(W4, max(1, min(wanted, cap)))
+    return _split(max(1, min(wanted, cap)))
+
+
+def _split(splits: int) -> Schedule:
+    # GROUPS splits run as the thread groups of one CTA (sparse_groups), merged there.
+    return Schedule(W4, splits, groups=GROUPS if splits == GROUPS else 1)
