@@ -269,10 +269,19 @@ def test_bitwise_deterministic(gen: torch.Generator) -> None:
     checks.assert_rerun_bitwise(native, sparse_attention)
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_memcheck_invalid_pages(index: int, gen: torch.Generator) -> None:
-    """Small cases with -1 / out-of-range pages and ids past the cache (run under memcheck)."""
-    case = cases.random_case(gen, max_rows=8, max_width=100, bad_pages=True, num_splits=[None, 1, 7][index])
+    """Small cases with -1 / out-of-range pages and ids past the cache (run under memcheck); four splits
+    take the group build (``sparse_groups``)."""
+    case = cases.random_case(gen, max_rows=8, max_width=100, bad_pages=True, num_splits=[None, 1, 4, 7][index])
+    _run_case(case)
+
+
+@pytest.mark.parametrize("out_kind", cases.OUT_KINDS)
+def test_memcheck_group_out_views(out_kind: str, gen: torch.Generator) -> None:
+    """The group build's in-CTA merge (four splits, ``sparse_groups``) into each kind of ``out``, storage
+    around it untouched (run under memcheck)."""
+    case = cases.random_case(gen, max_rows=8, max_width=100, bad_pages=True, num_splits=4, out_kind=out_kind)
     _run_case(case)
 
 
