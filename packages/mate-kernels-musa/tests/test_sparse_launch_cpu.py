@@ -651,21 +651,28 @@ def test_page_divisor_rejects_out_of_range(bad: int) -> None:
         page_divisor(bad)
 
 
-@pytest.mark.parametrize("num_splits", [1, 3, 4, None])
-def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_splits, gen) -> None:
-    """The paged kernel's ``q_regs`` build (Q straight into the QK fragments) serves one-split schedules only,
-    its ``kv_evict_first`` build (K/V gathers with an L2 evict-first policy) split schedules only, its group
-    build (``sparse_groups``: the CTA merges, no merge kernel) four-split schedules only."""
+def _record_builds(monkeypatch) -> tuple[list[dict], list[bool]]:
+    """(the paged kernel's compile-time arguments by name, one entry per merge kernel) of every build the
+    launcher makes from now on."""
     built, merges = [], []
     emulate = sparse_launch.build
 
     def record(factory, profile, *consts):
-        if factory.__name__ == "sparse_paged_kernel":  # its compile-time arguments, by name
+        if factory.__name__ == "sparse_paged_kernel":
             built.append(gpu_specs.compile_args(factory, consts))
         merges.extend([True] if factory.__name__ == "sparse_merge_kernel" else [])
         return emulate(factory, profile, *consts)
 
     monkeypatch.setattr(sparse_launch, "build", record)
+    return built, merges
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 4, None])
+def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_splits, gen) -> None:
+    """The paged kernel's ``q_regs`` build (Q straight into the QK fragments) serves one-split schedules only,
+    its ``kv_evict_first`` build (K/V gathers with an L2 evict-first policy) split schedules only, its group
+    build (``sparse_groups``: the CTA merges, no merge kernel) four-split schedules only."""
+    built, merges = _record_builds(monkeypatch)
     case = cases.random_case(gen, max_rows=6, max_width=40, hq=24, hkv=2, num_splits=num_splits)
     _check_case(case)
     splits = sparse_launch.schedule_for(plan_sparse_attention(**case.kwargs, backend="reference")).splits
@@ -673,3 +680,12 @@ def test_launcher_picks_the_build_by_split_count(emulated, monkeypatch, num_spli
     assert [c["kv_evict_first"] for c in built] == [splits > 1]
     assert [c.get("groups", 1) for c in built] == [4 if splits == 4 else 1]
     assert merges == ([] if splits in (1, 4) else [True])
+
+
+def test_wide_offsets_keep_the_merge_kernel(emulated, monkeypatch, gen) -> None:
+    """int64 K/V offsets take no group build (four groups' offset arrays exceed the shared memory): four splits
+    then write partials and the merge kernel merges them."""
+    built, merges = _record_builds(monkeypatch)
+    monkeypatch.setattr(sparse_launch, "_INT32_LIMIT", 0)
+    _check_case(cases.random_case(gen, max_rows=6, max_width=40, hq=24, hkv=2, num_splits=4))
+    assert [(c["wide"], c.get("groups", 1)) for c in built] == [(True, 1)] and merges == [True]

@@ -209,13 +209,13 @@ def specializations(
 
     Paged kernel: group x dtype x tile x offset width x gate dtype (float32 or the data
     dtype, read by its one-split epilogue) x one split or several (split-QK tiles load Q
-    differently, :func:`paged_consts`) or, on the launcher's tiles, the group build
+    differently, :func:`paged_consts`) or, on the launcher's tiles with int32 offsets, the group build
     (:mod:`.sparse_groups`); merge kernel: dtype x gate dtype.
     """
     paged = list(dict.fromkeys(
         (sparse_paged_kernel.sparse_paged_kernel, paged_consts(g, d, name, w, gd, direct, n))
         for g in groups for d in dtypes for name in tiles for w in wide for gd in ("float32", d)
-        for direct, n in ((False, 1), (True, 1), *(((False, GROUPS),) if name in TILES else ()))
+        for direct, n in ((False, 1), (True, 1), *(((False, GROUPS),) if name in TILES and not w else ()))
     ))  # fmt: skip
     pdl = sorted({(TILES.get(name) or CANDIDATES[name]).pdl for name in tiles})
     merge = [
@@ -372,10 +372,12 @@ def sparse_attention(plan: SparseAttentionPlan, schedule: Schedule | None = None
     dtype = _DTYPES[q.dtype]
     gate, has_gate, gate_dtype = _gate_view(plan)
     direct = sched.splits == 1  # the paged kernel's epilogue writes out/lse: no partials, no merge
-    # With groups (sparse_groups) the CTA merges its splits and writes out/lse: no merge grid either.
-    merged = direct or sched.groups > 1
+    # With groups (sparse_groups) the CTA merges its splits and writes out/lse: no merge grid either. Not with
+    # int64 offsets: four groups' offset arrays would exceed the SM's shared memory.
+    groups = 1 if wide else sched.groups
+    merged = direct or groups > 1
     main = build(sparse_paged_kernel.sparse_paged_kernel, profile,
-                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype, direct, sched.groups))  # fmt: skip
+                 *paged_consts(hq // hkv, dtype, tile.name, wide, gate_dtype, direct, groups))  # fmt: skip
     lse = plan.lse
     has_lse = int(lse is not None)
     if lse is None:

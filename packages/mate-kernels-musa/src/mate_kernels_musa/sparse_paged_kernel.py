@@ -805,8 +805,11 @@ def sparse_paged_kernel(
 
     shell_src, shell_dyn = "", 0
     if groups > 1:
-        if q_regs:
-            raise ValueError("the group build runs split builds: it takes q_regs=False")
+        if q_regs or wide:
+            raise ValueError(
+                "the group build runs split builds with int32 offsets (q_regs=False, wide=False): four groups' "
+                "int64 offset arrays exceed the SM's shared memory"
+            )
         split_consts = (group, dtype, block_n, threads, chunk_blocks, num_stages, min_blocks, wide, pdl, eager,
                         gate_dtype, split_qk, q_regs, kv_evict_first)  # fmt: skip
         shell_src, shell_dyn = prepare_shell(sparse_paged_kernel, split_consts, groups=groups, group=G, dim=D,
