@@ -23,9 +23,20 @@ parts:
   kernel with the shell's shape. The replacement checks that both kernels take the same parameters, in
   the same order, and raises otherwise.
 
-Decode 64 x 1 on the H200 (session 42, probe ``.devrun/s42_gp.py``, same process, CUDA-graph medians
-after a read flush): 74.2-74.7 us against 76.1-76.7 for the paged and merge grids, outputs bitwise equal
-(the ``sparse_merge_kernel`` docstring has the table).
+The launcher takes it for four-split schedules with int32 K/V offsets (``Schedule.groups``); with int64
+offsets the four groups' offset arrays would exceed the SM's shared memory (the launch fails), so those
+keep the merge kernel.
+
+Decode 64 x 1 on the H200 (session 42, same process, CUDA-graph medians after a read flush, outputs
+bitwise equal to the merge kernel's):
+
+* through the launcher (``.devrun/s42_ab.py``, three rounds): 76.02 / 76.24 / 76.03 us against
+  77.18 / 77.55 / 77.60 for the same four splits with the merge kernel;
+* the probe that preceded it (``.devrun/s42_gp.py``, the rewrite launched through the driver API, two
+  leases): 74.2-74.7 against 76.1-76.7 (the ``sparse_merge_kernel`` docstring has the table).
+
+The group kernel uses 128 registers with 20 bytes of spill (the split build none): each thread holds its
+group index and the shifted shared-memory bases.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """SplitKV merge of sparse-attention partials: FP32 combine + sigmoid gate + LSE.
 
+Four-split schedules with int32 K/V offsets merge inside their CTA instead (:mod:`.sparse_groups`,
+the same arithmetic in the same order); this kernel merges the other split schedules.
+
 One CTA per (query row, Q head); each thread owns ``D / threads`` consecutive
 features. With ``lse_s`` the partial natural-log LSEs and ``o_s`` the normalized
 partial outputs::
@@ -129,14 +132,11 @@ is 74.2-74.7 us, about 1.16-1.17x of the ~64.0 us floor of recent suite runs (th
 the copy rate). It is the first merge measured that is faster than this kernel's grid. The groups
 themselves cost 0-0.7 us over four CTAs (the shipped grid alone against the groups alone).
 
-Not shipped yet. The paged kernel as written cannot run this way: TileLang lays its fragments out over the
-CTA's threads, its generated ``__syncthreads`` and reduction workspaces are per CTA, and its host code
-launches the ``T.Kernel`` shape. Two ways to ship it, neither tried yet:
-
-* a kernel written for ``threads=[128, 4]`` (fragments on ``threadIdx.x``, the group on ``threadIdx.y``,
-  shared buffers with a group axis), with the barrier and workspace rewrite as a build-scoped CUDA
-  source callback (``_build.cuda_postproc``);
-* or a host launch of its own for the rewritten source.
+The launcher runs it as the group build of :mod:`.sparse_groups`. The paged kernel as written cannot run
+this way: TileLang lays its fragments out over the CTA's threads, its generated ``__syncthreads`` and
+reduction workspaces are per CTA, and its host code launches the ``T.Kernel`` shape. So the split
+build's generated source is rewritten as in the probe, and TileLang launches it through a shell
+prim_func of the same arguments with the group kernel's launch shape.
 
 The rows without a merge leave ``out`` incomplete and are timing bounds only.
 

@@ -305,7 +305,11 @@ one split) and ``sms`` the device's multiprocessor count:
 * otherwise the decode schedule: the smallest split count giving at least
   ``DECODE_TARGET_WAVES * sms`` CTAs, capped so that each split keeps at least
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
-  partial dominates).
+  partial dominates). Four splits (decode 64 x 1, and any forced ``num_splits=4``) run as the
+  thread groups of one CTA that merge there (``Schedule.groups``, :mod:`.sparse_groups`): no
+  partial stores, no merge kernel; 76.0-76.2 us against 77.2-77.6 for the same split with the
+  merge kernel on decode 64 x 1 (H200, session 42, same process, bitwise-equal outputs). The
+  launcher keeps the merge kernel for int64 K/V offsets.
 
 Measured with the then-production W4_LAZY tile (us, 2051-slot selections, median of
 CUDA-graph replays after a write flush; prefill columns 3..8 from a first run):
