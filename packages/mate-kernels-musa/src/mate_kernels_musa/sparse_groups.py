@@ -73,8 +73,8 @@ _GROUP_BARRIER = r"""struct MateGroupBarrier {
 """
 
 # Appended to the kernel. The group of the last split (the shortest: ceil shares) takes a per-head gate's
-# sigmoids before the CTA barrier, while the other groups still gather. After it, threads 0..G-1 take each
-# head's split weights, their sum and the LSE (once per head, not per element: per element the exp work
+# sigmoids before the CTA barrier, while the other groups still gather. After it, one thread per head takes its
+# split weights, their sum and the LSE (once per head, not per element: per element the exp work
 # costs as much as the merge grid), and after a second barrier every thread merges its elements.
 _MERGE = r"""
   asm volatile("cp.async.wait_all;\n" ::: "memory");
