@@ -131,7 +131,7 @@ themselves cost 0-0.7 us over four CTAs (the shipped grid alone against the grou
 
 Not shipped yet. The paged kernel as written cannot run this way: TileLang lays its fragments out over the
 CTA's threads, its generated ``__syncthreads`` and reduction workspaces are per CTA, and its host code
-launches the ``T.Kernel`` shape. Two ways to ship it, neither tried yet:
+launches the ``T.Kernel`` shape. Two ways to ship it:
 
 * a kernel written for ``threads=[128, 4]`` (fragments on ``threadIdx.x``, the group on ``threadIdx.y``,
   shared buffers with a group axis), with the barrier and workspace rewrite as a build-scoped CUDA
