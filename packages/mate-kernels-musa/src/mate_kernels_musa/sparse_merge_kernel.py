@@ -60,8 +60,8 @@ So with clusters of four, 16 of the 512 CTAs of four splits wait for a second ro
 merge grid). ``+ barrier`` adds a cluster barrier as each CTA's last statement, which a merge through
 distributed shared memory would need; ``- stores`` also skips the FP32 partial stores. That is the bound
 of such a merge before its own work. Every cluster launch that stores its partials, merged by this kernel,
-gave outputs bitwise equal to the shipped call's. Same process, three interleaved rounds, CUDA-graph medians after a
-read flush, us:
+gave outputs bitwise equal to the shipped call's. Same process, three interleaved rounds, CUDA-graph
+medians after a read flush, us:
 
 =================  ===========  ===========  ===========  ===================
 splits             no cluster   clusters     + barrier    + barrier, - stores
@@ -116,6 +116,8 @@ weights once per head (``fast``)                           74.53-75.01  74.72-74
 ``fast``, per-head gate by the shortest split's group                   74.19-74.69
 =========================================================  ===========  ===========
 
+The rows without a merge leave ``out`` incomplete and are timing bounds only.
+
 * The merge is worth doing once per head, not once per element: with the split weights, their sum, the
   LSE and the gate sigmoid taken for every one of a thread's six elements, the ``exp`` work alone
   (75.5-75.8 us without the ``out`` stores) cost nearly as much as the merge grid.
@@ -137,8 +139,6 @@ this way: TileLang lays its fragments out over the CTA's threads, its generated 
 reduction workspaces are per CTA, and its host code launches the ``T.Kernel`` shape. So the split
 build's generated source is rewritten as in the probe, and TileLang launches it through a shell
 prim_func of the same arguments with the group kernel's launch shape.
-
-The rows without a merge leave ``out`` incomplete and are timing bounds only.
 
 Not kept either (H200, session 10, probe ``.devrun/s10_fmerge.py``): no merge kernel, the last split
 of a (row, KV head) to finish merging the partials itself. Each split stores its partial, then
