@@ -49,13 +49,13 @@ def _args(spec) -> dict:
 def _check_group_source(src: str, groups: int, threads: int) -> None:
     """The group build runs the split kernel in each of ``groups`` thread groups and merges in the CTA."""
     assert f"__launch_bounds__({groups * threads}, 1) main_kernel(" in src
-    # Every thread and split index is the group's; every barrier but the merge's two is the group's own.
+    # Every thread and split index is the group's; every barrier but the merge's one is the group's own.
     assert "((int)threadIdx.x)" not in src.replace(f"(((int)threadIdx.x) % {threads})", "")
-    assert "__syncthreads()" not in src and src.count("bar.sync 0;") == 2
+    assert "__syncthreads()" not in src and src.count("bar.sync 0;") == 1
     assert "tl::NamedBarrier" not in src and "MateGroupBarrier>::run(" in src
     # The partials stay in shared memory: no global partial store, one merge writing OUT and LSE.
     assert "(OP + " not in src and "LP[" not in src.replace("mg_lp[", "")
-    assert "mg_wt[" in src and "LSE[(int64_t)mg_r" in src and "OUT[(int64_t)mg_r" in src
+    assert "mg_gt[" in src and "LSE[mg_r * sl0" in src and "CTYPE" not in src and "*(uint2*)mg_out = " in src
 
 
 def _id(spec) -> str:

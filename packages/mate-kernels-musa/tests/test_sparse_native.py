@@ -66,6 +66,28 @@ def test_decode_groups(dtype: torch.dtype, gen: torch.Generator) -> None:
         assert sparse_launch.schedule_for(native).groups == 4
 
 
+@pytest.mark.parametrize("out_kind", cases.OUT_KINDS)
+def test_groups_match_merge_kernel(out_kind: str, gen: torch.Generator) -> None:
+    """The group build's in-CTA merge does the merge kernel's arithmetic in the same order: its ``out``
+    and LSE equal those of the same four splits merged by the merge kernel bitwise, with whatever gate
+    each draw brings, into every kind of ``out`` (the vector and the element-wise stores)."""
+    from mate_kernels_musa import sparse_launch
+    from mate_kernels_musa.sparse_schedule import W4, Schedule
+
+    for _ in range(2):
+        case = cases.random_case(gen, max_rows=64, max_width=2051, canonical=True, lse="buffer",
+                                 out_kind=out_kind).to("cuda")  # fmt: skip
+        native, ref = _plans(case)
+        got = []
+        for groups in (1, 4):
+            checks.poison(native)
+            sparse_launch.sparse_attention(native, Schedule(W4, 4, groups=groups))
+            _check(native, ref, case)
+            got.append((native.out_result.clone(), native.lse.clone()))
+        assert torch.equal(got[0][0], got[1][0]), case.notes
+        assert torch.equal(got[0][1], got[1][1]), case.notes
+
+
 @pytest.mark.parametrize("spread", [8.0, 30.0])
 def test_running_max_updates(spread: float, gen: torch.Generator) -> None:
     """Peaked softmax: the query scaled so a row's scores span tens of log2 units, so its running
