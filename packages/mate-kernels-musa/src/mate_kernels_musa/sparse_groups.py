@@ -27,16 +27,23 @@ The launcher takes it for four-split schedules with int32 K/V offsets (``Schedul
 offsets the four groups' offset arrays would exceed the SM's shared memory (the launch fails), so those
 keep the merge kernel.
 
-Decode 64 x 1 on the H200 (session 42, same process, CUDA-graph medians after a read flush, outputs
-bitwise equal to the merge kernel's):
+Decode 64 x 1 on the H200 (same process, CUDA-graph medians after a read flush, outputs bitwise equal to the
+merge kernel's; ``.devrun/s42_ab.py``, three rounds):
 
-* through the launcher (``.devrun/s42_ab.py``, three rounds): 76.02 / 76.24 / 76.03 us against
-  77.18 / 77.55 / 77.60 for the same four splits with the merge kernel;
+* session 43, each warp merging one head after one CTA barrier (below): 75.10 / 75.12 / 75.25 us against
+  77.02 / 76.98 / 77.17 for the same four splits with the merge kernel (1.8-1.9 us under it);
+* session 42, one thread per head taking the weights, a second barrier, every thread merging six single
+  elements: 76.02 / 76.24 / 76.03 against 77.18 / 77.55 / 77.60 (1.2-1.5 us under it; on session 43's first
+  lease 75.14-76.00 against 76.77-76.99);
 * the probe that preceded it (``.devrun/s42_gp.py``, the rewrite launched through the driver API, two
   leases): 74.2-74.7 against 76.1-76.7 (the ``sparse_merge_kernel`` docstring has the table).
 
-The group kernel uses 128 registers with 20 bytes of spill (the split build none): each thread holds its
-group index and the shifted shared-memory bases.
+Session 43's merge was expected to save ~0.5-1 us of the ~1.7 us the probe's merge cost over no merge
+(one barrier fewer, a quarter of the instructions per element); it saved ~0.3-0.7 us: its lead over the
+merge kernel grew from 1.0-1.7 to 1.8-1.9 us (two leases, minutes apart). Compiled from the generated
+source with nvcc 13.0 ``-O3``, the group kernel uses 128 registers with 12 bytes of spill (24 with
+session 42's merge; the split build none): each thread holds its group index and the shifted
+shared-memory bases.
 """
 
 from __future__ import annotations

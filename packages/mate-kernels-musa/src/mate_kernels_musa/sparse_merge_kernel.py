@@ -139,6 +139,9 @@ this way: TileLang lays its fragments out over the CTA's threads, its generated 
 reduction workspaces are per CTA, and its host code launches the ``T.Kernel`` shape. So the split
 build's generated source is rewritten as in the probe, and TileLang launches it through a shell
 prim_func of the same arguments with the group kernel's launch shape.
+Since session 43 its merge is lighter than ``fast``: after the one CTA barrier each warp merges one head
+(every lane takes the weights, so no second barrier; float4 partial loads, 8-byte ``out`` stores), and
+the call takes 75.1-75.3 us against 77.0-77.2 with this kernel (``sparse_groups`` has the numbers).
 
 Not kept either (H200, session 10, probe ``.devrun/s10_fmerge.py``): no merge kernel, the last split
 of a (row, KV head) to finish merging the partials itself. Each split stores its partial, then
