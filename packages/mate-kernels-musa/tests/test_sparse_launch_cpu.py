@@ -660,7 +660,8 @@ def _record_builds(monkeypatch) -> tuple[list[dict], list[bool]]:
     def record(factory, profile, *consts):
         if factory.__name__ == "sparse_paged_kernel":
             built.append(gpu_specs.compile_args(factory, consts))
-        merges.extend([True] if factory.__name__ == "sparse_merge_kernel" else [])
+        if factory.__name__ == "sparse_merge_kernel":
+            merges.append(True)
         return emulate(factory, profile, *consts)
 
     monkeypatch.setattr(sparse_launch, "build", record)

@@ -223,6 +223,8 @@ def group_source(src: str, *, groups: int, threads: int, heads: int, dim: int, d
 
     ``heads`` is the GQA group (Q heads per KV head), ``ctype`` the output's C type.
     """
+    if dim % 128 or heads > 16:
+        raise RuntimeError(f"group build: the merge takes D a multiple of 128 and at most 16 heads, got {dim}, {heads}")
     g_expr = f"((int)threadIdx.x / {threads})"
     m = re.search(r"__launch_bounds__\(\d+, \d+\) main_kernel\(", src)
     if m is None:
@@ -260,7 +262,8 @@ def group_source(src: str, *, groups: int, threads: int, heads: int, dim: int, d
     if re.search(r"__shared__ (?!__align__)", src.replace("__shared__ float mg_gt", "")):
         raise RuntimeError("group build: a shared-memory declaration the rewrite does not recognize")
     # Barriers: the group's own.
-    src = src.replace("__syncthreads();", f'asm volatile("bar.sync %0, {threads};" :: "r"(mg_g + 1) : "memory");')
+    group_sync = f'asm volatile("bar.sync %0, {threads};" :: "r"(mg_g + 1) : "memory");'
+    src = src.replace("__syncthreads();", group_sync)
     if re.search(r"__syncthreads_|bar\.sync 0|bar\.arrive", src):
         raise RuntimeError("group build: a CTA-wide barrier the rewrite does not recognize")
     src = src.replace(f"tl::NamedBarrier<{threads}>", "MateGroupBarrier")
@@ -289,12 +292,9 @@ def group_source(src: str, *, groups: int, threads: int, heads: int, dim: int, d
     j = _closing(src, i + 2)
     src = src[:i] + f"mg_lp[mg_g * 16 + (({src[i + 3 : j - 1]}) - {base_lp})]" + src[j:]
     # Nothing of the group's loop may still write its shared memory when the partials go there.
-    tail = "  __syncthreads();\n  if (skip == 0) {\n    if (direct != 0) {"
-    tail = tail.replace("__syncthreads();", f'asm volatile("bar.sync %0, {threads};" :: "r"(mg_g + 1) : "memory");')
+    tail = f"  {group_sync}\n  if (skip == 0) {{\n    if (direct != 0) {{"
     _expect(src, tail)
     src = src.replace(tail, '  asm volatile("cp.async.wait_all;\\n" ::: "memory");\n' + tail)
-    if dim % 128 or heads > 16:
-        raise RuntimeError(f"group build: the merge takes D a multiple of 128 and at most 16 heads, got {dim}, {heads}")
     merge = _MERGE
     for name, value in (("GROUPS", groups), ("THREADS", threads), ("HEADS", heads), ("DIM", dim), ("DYN", dyn),
                         ("CTYPE", ctype)):  # fmt: skip
