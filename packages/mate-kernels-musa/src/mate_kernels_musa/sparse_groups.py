@@ -109,6 +109,7 @@ _MERGE = r"""
         mg_w[g] = mg_w[g] > -CUDART_INF_F ? expf(mg_w[g] - mg_m) : 0.f;
         mg_den = mg_den + mg_w[g];
       }
+      const float mg_inv = 1.f / mg_den;
       if (has_lse != 0 && mg_lane == 0) {
         LSE[mg_r * sl0 + mg_head * sl1] = mg_den > 0.f ? mg_m + logf(mg_den) : -CUDART_INF_F;
       }
@@ -131,7 +132,7 @@ _MERGE = r"""
           if (has_gate != 0 && sg2 != (int64_t)0) {
             mg_gate = 1.f / (1.f + expf(-(float)GATE[mg_r * sg0 + mg_head * sg1 + (int64_t)(mg_d + k) * sg2]));
           }
-          mg_v[k] = (CTYPE)(mg_den > 0.f ? mg_o[k] / mg_den * mg_gate : 0.f);
+          mg_v[k] = (CTYPE)(mg_den > 0.f ? mg_o[k] * mg_inv * mg_gate : 0.f);
         }
         CTYPE* mg_out = OUT + (mg_r * so0 + mg_head * so1 + (int64_t)mg_d * so2);
         if (so2 == (int64_t)1 && ((size_t)mg_out & 7) == 0) {

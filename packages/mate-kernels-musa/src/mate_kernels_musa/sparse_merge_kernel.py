@@ -464,8 +464,12 @@ def sparse_merge_kernel(dtype: str, gate_dtype: str, threads: int, pdl: bool = F
                                 * OP[T.min(c * threads + j * UNROLL + u, splits - 1), r, h, tx * V + i]
                             )
                 T.sync_threads()
+            # One reciprocal and products, not a division per element (the group build's merge does the same).
+            inv = T.alloc_var(acc, init=0)
+            if den > 0:
+                inv = T.float32(1) / den
             for i in T.serial(V):
-                OUT[r, h, tx * V + i] = T.cast(T.if_then_else(den > 0, o[i] / den * gate[i], 0), dtype)
+                OUT[r, h, tx * V + i] = T.cast(T.if_then_else(den > 0, o[i] * inv * gate[i], 0), dtype)
             if has_lse != 0 and tx == 0:
                 LSE[r, h] = T.if_then_else(den > 0, mx + T.log(den), -T.infinity(acc))
 
