@@ -44,6 +44,12 @@ merge kernel grew from 1.0-1.7 to 1.8-1.9 us (two leases, minutes apart). Compil
 source with nvcc 13.0 ``-O3``, the group kernel uses 128 registers with 12 bytes of spill (24 with
 session 42's merge; the split build none): each thread holds its group index and the shifted
 shared-memory bases.
+
+Session 44 made the merge multiply by one reciprocal of each head's denominator instead of dividing every
+element (8 IEEE divisions per lane), in both merges, so they stay bitwise equal: ~0.3-0.4 us on the median
+of five rounds (74.03-74.56 against 73.97-75.15 us), expected 0.1-0.3. A build without the merge (outputs
+wrong, timing only) was ~1.35 us faster than the shipped one before it; that is what the merge and the stores
+of ``out`` and ``lse`` still cost (``docs/performance-notes.md``).
 """
 
 from __future__ import annotations
