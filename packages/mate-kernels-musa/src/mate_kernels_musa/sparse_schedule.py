@@ -307,8 +307,8 @@ one split) and ``sms`` the device's multiprocessor count:
   ``MIN_SLOTS_PER_SPLIT`` slots (below that the per-CTA cost of loading Q and writing a
   partial dominates). Four splits (decode 64 x 1, and any forced ``num_splits=4``) run as the
   thread groups of one CTA that merge there (``Schedule.groups``, :mod:`.sparse_groups`): no
-  partial stores, no merge kernel; 75.1-75.3 us against 77.0-77.2 for the same split with the
-  merge kernel on decode 64 x 1 (H200, session 43, same process, bitwise-equal outputs). The
+  partial stores, no merge kernel; 74.05-74.66 us against 75.42-75.76 for the same split with the
+  merge kernel on decode 64 x 1 (H200, session 44, same process, bitwise-equal outputs). The
   launcher keeps the merge kernel for int64 K/V offsets.
 
 Measured with the then-production W4_LAZY tile (us, 2051-slot selections, median of
