@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Native verification on a supported GPU (sm_90 + TileLang): every GPU-marked test, a
-# compute-sanitizer memcheck subset (including -1 and out-of-range pages), and the
-# benchmark suite. Run from the repository root with the packages importable, e.g.
+# Native verification on a supported GPU (sm_90 + TileLang): the GPU tests' kernels compiled
+# into the TileLang cache, every GPU-marked test, a compute-sanitizer memcheck subset (including
+# -1 and out-of-range pages), and the benchmark suite. Run from the repository root with the
+# packages importable, e.g.
 #   PYTHONPATH=$(ls -d packages/*/src | paste -sd:):. bash scripts/gpu-check.sh [results-dir]
-# STEPS selects parts ("tests sanitizer bench"); BENCH_ARGS passes options to the suite.
+# STEPS selects parts ("precompile tests sanitizer bench"); BENCH_ARGS passes options to the suite.
+# Each step has its own time limit in seconds: PRECOMPILE_TIMEOUT (3600), TEST_TIMEOUT (300),
+# SAN_TIMEOUT (150 per memcheck run), BENCH_TIMEOUT (400).
 set -uo pipefail
 set -f  # test ids contain [...]: no globbing
 out=${1:-${OUT:-gpu-results}}
 mkdir -p "$out"
-steps=${STEPS:-"tests sanitizer bench"}
+steps=${STEPS:-"precompile tests sanitizer bench"}
 export MATE_REQUIRE_GPU=1  # GPU tests fail the run instead of skipping when no usable GPU is found (conftest.py)
 export MATE_TEST_PRECOMPILE=1  # the GPU tests' kernels compile in parallel before the tests run (kernels conftest.py)
 rc=0
@@ -17,6 +20,16 @@ mqa=packages/mate-kernels-musa/tests/test_mqa_native.py
 sparse=packages/mate-kernels-musa/tests/test_sparse_native.py
 paths=packages/mate-kernels-musa/tests/test_sparse_native_paths.py
 union=packages/mate-kernels-musa/tests/test_sparse_union_native.py
+if [[ $steps == *precompile* ]]; then
+  # From an empty cache the ~330 kernels took more than 535 s with 16 jobs on the H200 host (session 45),
+  # longer than the tests themselves: they get their own limit. Collecting runs the kernels conftest's precompile hook and no test; a run
+  # cut short keeps what it compiled (TileLang's cache, TILELANG_CACHE_DIR), so running the step again resumes.
+  echo "=== precompile: the GPU tests' kernels (collect-only with MATE_TEST_PRECOMPILE=1)"
+  timeout "${PRECOMPILE_TIMEOUT:-3600}" python3 -m pytest -m gpu packages --collect-only -q -p no:cacheprovider 2>&1 \
+    | grep -v "INFO" > "$out/precompile.txt"; r=$?; rc=$((rc | r))
+  if [[ $r == 124 ]]; then echo "precompile: timed out after ${PRECOMPILE_TIMEOUT:-3600} s (PRECOMPILE_TIMEOUT)"; fi
+  grep -E "^MATE_TEST_PRECOMPILE|^  failed:" "$out/precompile.txt" | head -20
+fi
 if [[ $steps == *tests* ]]; then
   echo "=== pytest -m \"not compile\" packages (GPU tests + CPU suites on this machine; compile tests run in CI)"
   timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -m "not compile" packages benchmarks/tests -q -p no:cacheprovider -rfE 2>&1 \
