@@ -22,8 +22,9 @@ paths=packages/mate-kernels-musa/tests/test_sparse_native_paths.py
 union=packages/mate-kernels-musa/tests/test_sparse_union_native.py
 if [[ $steps == *precompile* ]]; then
   # From an empty cache the ~330 kernels took more than 535 s with 16 jobs on the H200 host (session 45),
-  # longer than the tests themselves: they get their own limit. Collecting runs the kernels conftest's precompile hook and no test; a run
-  # cut short keeps what it compiled (TileLang's cache, TILELANG_CACHE_DIR), so running the step again resumes.
+  # longer than the tests themselves: they get their own limit. Collecting runs the kernels conftest's
+  # precompile hook and no test; a run cut short keeps what it compiled (TileLang's cache,
+  # TILELANG_CACHE_DIR), so running the step again resumes.
   echo "=== precompile: the GPU tests' kernels (collect-only with MATE_TEST_PRECOMPILE=1)"
   timeout "${PRECOMPILE_TIMEOUT:-3600}" python3 -m pytest -m gpu packages --collect-only -q -p no:cacheprovider 2>&1 \
     | grep -v "INFO" > "$out/precompile.txt"; r=$?; rc=$((rc | r))
