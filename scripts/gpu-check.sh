@@ -26,9 +26,10 @@ if [[ $steps == *precompile* ]]; then
   # precompile hook and no test; a run cut short keeps what it compiled (TileLang's cache,
   # TILELANG_CACHE_DIR), so running the step again resumes.
   echo "=== precompile: the GPU tests' kernels (collect-only with MATE_TEST_PRECOMPILE=1)"
-  timeout "${PRECOMPILE_TIMEOUT:-3600}" python3 -m pytest -m gpu packages --collect-only -q -p no:cacheprovider 2>&1 \
+  limit=${PRECOMPILE_TIMEOUT:-3600}
+  timeout "$limit" python3 -m pytest -m gpu packages --collect-only -q -p no:cacheprovider 2>&1 \
     | grep -v "INFO" > "$out/precompile.txt"; r=$?; rc=$((rc | r))
-  if [[ $r == 124 ]]; then echo "precompile: timed out after ${PRECOMPILE_TIMEOUT:-3600} s (PRECOMPILE_TIMEOUT)"; fi
+  if [[ $r == 124 ]]; then echo "precompile: timed out after $limit s (PRECOMPILE_TIMEOUT; run the step again to resume)"; fi
   grep -E "^MATE_TEST_PRECOMPILE|^  failed:" "$out/precompile.txt" | head -20
 fi
 if [[ $steps == *tests* ]]; then
